@@ -23,6 +23,32 @@ def unbatch(obs: Mapping[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
+def select(obs: Mapping[str, Any], indices: list[int]) -> dict[str, Any]:
+    """The sub-batch of a VectorEnv observation for the envs at ``indices``."""
+    out = {}
+    for key, value in obs.items():
+        if isinstance(value, Mapping):
+            out[key] = select(value, indices)
+        elif isinstance(value, np.ndarray):
+            out[key] = value[indices]
+        else:  # instructions: a tuple of strings
+            out[key] = tuple(value[i] for i in indices)
+    return out
+
+
+def as_batch(obs: Mapping[str, Any]) -> dict[str, Any]:
+    """One env's observation as a VectorEnv batch of one."""
+    out = {}
+    for key, value in obs.items():
+        if isinstance(value, Mapping):
+            out[key] = as_batch(value)
+        elif isinstance(value, str):
+            out[key] = (value,)
+        else:
+            out[key] = np.asarray(value)[None]
+    return out
+
+
 class Agent(ABC):
     """Acts on observations that follow the env contract (see envs/contract.py).
 

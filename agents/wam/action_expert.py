@@ -1,0 +1,84 @@
+"""The action expert: a transformer stack over (state, action chunk) tokens.
+
+Its layers mirror diffusers' ``WanTransformerBlock`` (same attribute names, so one MoT layer
+drives both experts) but are built from diffusers parts at their own width: a Wan-sized
+video expert can sit beside a much narrower action expert, because the shared attention
+only needs the two to agree on heads and head size.
+"""
+
+from __future__ import annotations
+
+import torch
+from diffusers.configuration_utils import ConfigMixin, register_to_config
+from diffusers.models.attention import FeedForward
+from diffusers.models.modeling_utils import ModelMixin
+from diffusers.models.normalization import FP32LayerNorm
+from diffusers.models.transformers.transformer_wan import WanAttention, WanTimeTextImageEmbedding
+from torch import nn
+
+
+class ActionBlock(nn.Module):
+    """One action-expert layer: self-attention (joined with the video expert's by the MoT
+    layer), cross-attention to the text, feed-forward, all adaLN-modulated by the timestep."""
+
+    def __init__(self, dim: int, ffn_dim: int, num_heads: int, head_dim: int, eps: float):
+        super().__init__()
+        self.norm1 = FP32LayerNorm(dim, eps, elementwise_affine=False)
+        self.attn1 = WanAttention(dim=dim, heads=num_heads, dim_head=head_dim, eps=eps)
+        self.norm2 = FP32LayerNorm(dim, eps, elementwise_affine=True)
+        self.attn2 = WanAttention(
+            dim=dim, heads=num_heads, dim_head=head_dim, eps=eps, cross_attention_dim_head=head_dim
+        )
+        self.ffn = FeedForward(dim, inner_dim=ffn_dim, activation_fn="gelu-approximate")
+        self.norm3 = FP32LayerNorm(dim, eps, elementwise_affine=False)
+        self.scale_shift_table = nn.Parameter(torch.randn(1, 6, dim) / dim**0.5)
+
+
+class ActionExpert(ModelMixin, ConfigMixin):
+    """Embeds proprio state and noisy actions, runs ``num_layers`` ActionBlocks, predicts the
+    actions' flow velocity. Saved and loaded with diffusers' ``save_pretrained``/``from_pretrained``."""
+
+    _supports_gradient_checkpointing = True
+
+    @register_to_config
+    def __init__(
+        self,
+        dim: int = 32,
+        ffn_dim: int = 64,
+        num_layers: int = 2,
+        num_attention_heads: int = 4,
+        attention_head_dim: int = 16,
+        action_dim: int = 4,
+        state_dim: int = 4,
+        text_dim: int = 32,
+        max_actions: int = 16,
+        freq_dim: int = 32,
+        eps: float = 1e-6,
+    ):
+        super().__init__()
+        self.state_in = nn.Linear(state_dim, dim)
+        self.action_in = nn.Linear(action_dim, dim)
+        # Token 0 is the state, tokens 1.. the actions in time order.
+        self.pos_embedding = nn.Parameter(torch.randn(1, max_actions + 1, dim) * 0.02)
+        self.condition_embedder = WanTimeTextImageEmbedding(
+            dim=dim, time_freq_dim=freq_dim, time_proj_dim=dim * 6, text_embed_dim=text_dim
+        )
+        self.blocks = nn.ModuleList(
+            ActionBlock(dim, ffn_dim, num_attention_heads, attention_head_dim, eps) for _ in range(num_layers)
+        )
+        self.norm_out = FP32LayerNorm(dim, eps, elementwise_affine=False)
+        self.scale_shift_table = nn.Parameter(torch.randn(1, 2, dim) / dim**0.5)
+        self.proj_out = nn.Linear(dim, action_dim)
+
+    def embed(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """(B, S) state and (B, T, A) actions -> (B, 1 + T, dim) tokens."""
+        if actions.shape[1] > self.config.max_actions:
+            raise ValueError(f"{actions.shape[1]} actions > the expert's max_actions={self.config.max_actions}")
+        tokens = torch.cat([self.state_in(state)[:, None], self.action_in(actions)], dim=1)
+        return tokens + self.pos_embedding[:, : tokens.shape[1]]
+
+    def head(self, tokens: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        """Action tokens (state token dropped) -> (B, T, A) velocity."""
+        shift, scale = (self.scale_shift_table + temb.float()[:, None]).chunk(2, dim=1)
+        hidden = (self.norm_out(tokens[:, 1:].float()) * (1 + scale) + shift).type_as(tokens)
+        return self.proj_out(hidden)

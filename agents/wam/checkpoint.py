@@ -1,0 +1,155 @@
+"""Saving and loading MoT checkpoints, and building presets from local Wan weights.
+
+A checkpoint is a directory, each component in its library's own format:
+
+    wam_config.json                 the MoTConfig
+    transformer/  action_expert/  vae/   diffusers (config.json + *.safetensors)
+    text_encoder/                   transformers (config.json + model.safetensors)
+    tokenizer/                      transformers tokenizer files
+    lora/                           optional peft adapters (see agents/wam/lora.py)
+
+Nothing here downloads: paths must be local directories. No pickle is ever loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from diffusers import AutoencoderKLWan, WanTransformer3DModel
+from safetensors.torch import save_file
+from transformers import AutoTokenizer, UMT5EncoderModel
+
+from agents.wam.action_expert import ActionExpert
+from agents.wam.config import MoTConfig
+from agents.wam.lora import base_state_dict, has_lora, load_lora, save_lora
+from agents.wam.mot import MoTWAM
+from wam_gym.precision import module_dtype
+
+CONFIG_FILE = "wam_config.json"
+COMPONENTS = {
+    "transformer": WanTransformer3DModel,
+    "action_expert": ActionExpert,
+    "vae": AutoencoderKLWan,
+    "text_encoder": UMT5EncoderModel,
+}
+# The precision group whose mode sets each component's load dtype.
+_PRECISION_GROUP = {"transformer": "backbone", "action_expert": "backbone", "vae": "vae", "text_encoder": "text_encoder"}
+_WAN_PARTS = ("transformer", "vae", "text_encoder", "tokenizer")
+
+
+class MissingCheckpointError(FileNotFoundError):
+    """A checkpoint or pretrained directory is missing, or lacks files it needs."""
+
+
+def save_pretrained(model: MoTWAM, directory: str | Path) -> Path:
+    """Write ``model`` to ``directory`` atomically (a crash never leaves half a checkpoint)."""
+    target = Path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for name in COMPONENTS:
+            _save_component(getattr(model, name), staging / name)
+        model.tokenizer.save_pretrained(str(staging / "tokenizer"))
+        if has_lora(model):
+            save_lora(model, staging / "lora")
+        model.config.save(staging / CONFIG_FILE)  # written last: its presence marks a whole checkpoint
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _save_component(module: torch.nn.Module, path: Path) -> None:
+    if not has_lora(module):
+        module.save_pretrained(str(path), safe_serialization=True)
+        return
+    # With adapters injected the module's own state dict has peft's names; save the base
+    # weights under the plain names so the folder loads with the library's from_pretrained.
+    path.mkdir(parents=True)
+    module.save_config(str(path))
+    save_file(base_state_dict(module), str(path / "diffusion_pytorch_model.safetensors"))
+
+
+def _require_dir(path: Path, what: str, fix: str) -> None:
+    if not path.is_dir():
+        raise MissingCheckpointError(f"{what} {path} is not a local directory; {fix}")
+
+
+def _require_weights(folder: Path, root: Path) -> None:
+    has_config = (folder / "config.json").is_file()
+    has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.safetensors.index.json"))
+    if not (has_config and has_weights):
+        missing = [n for n, ok in (("config.json", has_config), ("*.safetensors", has_weights)) if not ok]
+        raise MissingCheckpointError(
+            f"{root} is incomplete: {folder.relative_to(root)}/ lacks {', '.join(missing)} "
+            "(only safetensors weights are loaded; re-save or re-download the checkpoint)"
+        )
+
+
+def _load_components(root: Path, names: tuple[str, ...], config: MoTConfig) -> dict[str, Any]:
+    components = {}
+    for name in names:
+        if name == "tokenizer":
+            _require_dir(root / name, "tokenizer folder", f"the checkpoint {root} is incomplete")
+            components[name] = AutoTokenizer.from_pretrained(str(root / name), local_files_only=True)
+            continue
+        _require_weights(root / name, root)
+        dtype = module_dtype(getattr(config.precision, _PRECISION_GROUP[name]))
+        components[name] = COMPONENTS[name].from_pretrained(
+            str(root / name), torch_dtype=dtype, local_files_only=True, use_safetensors=True
+        )
+    return components
+
+
+def load_pretrained(directory: str | Path, **overrides: Any) -> MoTWAM:
+    """Load a checkpoint written by :func:`save_pretrained`.
+
+    ``overrides`` replace runtime fields of the saved MoTConfig that do not change weights,
+    e.g. ``precision``, ``vae_micro_batch_size``, ``video_mode``, or ``backbone`` settings.
+    """
+    root = Path(directory).expanduser()
+    _require_dir(root, "checkpoint", "train one with `python -m training` or pass the directory save_pretrained wrote")
+    if not (root / CONFIG_FILE).is_file():
+        raise MissingCheckpointError(f"{root} has no {CONFIG_FILE}: not a wam_gym checkpoint (or its save was interrupted)")
+    config = dataclasses.replace(MoTConfig.load(root / CONFIG_FILE), **overrides)
+    model = MoTWAM(config, **_load_components(root, (*COMPONENTS, "tokenizer"), config))
+    if (root / "lora").is_dir():
+        load_lora(model, root / "lora")
+    return model
+
+
+def build_model(config: MoTConfig) -> MoTWAM:
+    """A model for ``config``: random weights, or Wan's components from ``config.pretrained_path``
+    (a local diffusers directory of a Wan model) with a fresh action expert."""
+    if config.pretrained_path is None:
+        if config.preset != "tiny":
+            raise MissingCheckpointError(
+                f"preset {config.preset!r} loads Wan weights from a local directory: set "
+                "model.pretrained_path=/path/to/<Wan>-Diffusers (download it where a hub is reachable, e.g. "
+                "`huggingface-cli download Wan-AI/Wan2.2-TI2V-5B-Diffusers --local-dir DIR`, then copy it here)"
+            )
+        return MoTWAM(config)
+    root = Path(config.pretrained_path).expanduser()
+    _require_dir(root, "model.pretrained_path", "wam_gym never downloads; pass a local diffusers directory of a Wan model")
+    components = _load_components(root, _WAN_PARTS, config)
+    _check_preset_shape(config, components["transformer"].config)
+    return MoTWAM(config, **components)
+
+
+def _check_preset_shape(config: MoTConfig, loaded) -> None:
+    fields = ("num_attention_heads", "attention_head_dim", "in_channels", "num_layers", "text_dim")
+    pairs = {f: (getattr(loaded, f), getattr(config.backbone, f)) for f in fields}
+    wrong = {f: pair for f, pair in pairs.items() if pair[0] != pair[1]}
+    if wrong:
+        detail = ", ".join(f"{f}={got} (preset {want})" for f, (got, want) in wrong.items())
+        raise ValueError(
+            f"{config.pretrained_path} does not have the shape of preset {config.preset!r}: {detail}; "
+            "choose the preset matching these weights or set model.backbone.<field> to match"
+        )

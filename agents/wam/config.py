@@ -1,0 +1,256 @@
+"""Configuration of the MoT World Action Model, and its presets.
+
+A config is plain data (an OmegaConf-friendly dataclass tree): Hydra overrides reach every
+field as ``model.<group>.<field>``, e.g. ``model.backbone.attention_backend=sdpa``.
+
+Presets:
+    ``tiny``            random weights, trains and runs on a CPU in seconds (tests, demo).
+    ``wan22_ti2v_5b``   the video expert, VAE and text encoder of Wan2.2-TI2V-5B, loaded from a
+                        local diffusers directory (``pretrained_path``); a fresh action expert.
+    ``wan21_t2v_1_3b``  the same with Wan2.1-T2V-1.3B (16-channel 8x VAE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wam_gym.attention import BACKENDS
+from wam_gym.precision import PrecisionConfig
+
+VIDEO_MODES = ("joint", "action_only")
+
+
+@dataclass
+class BackboneConfig:
+    """The video expert: keyword arguments of diffusers' ``WanTransformer3DModel``, plus the
+    two runtime knobs that act on the transformer stack."""
+
+    num_attention_heads: int = 4
+    attention_head_dim: int = 16
+    in_channels: int = 4
+    out_channels: int = 4
+    text_dim: int = 32
+    freq_dim: int = 32
+    ffn_dim: int = 128
+    num_layers: int = 2
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    cross_attn_norm: bool = True
+    qk_norm: str = "rms_norm_across_heads"
+    eps: float = 1e-6
+    rope_max_seq_len: int = 1024
+    attention_backend: str = "auto"
+    use_gradient_checkpointing: bool = False
+
+    def transformer_kwargs(self) -> dict[str, Any]:
+        kwargs = dataclasses.asdict(self)
+        for runtime_knob in ("attention_backend", "use_gradient_checkpointing"):
+            kwargs.pop(runtime_knob)
+        kwargs["patch_size"] = tuple(self.patch_size)
+        return kwargs
+
+
+@dataclass
+class ActionExpertConfig:
+    """The action expert. Its heads and head size are the video expert's (the two share one
+    attention), its width and depth per layer are its own."""
+
+    dim: int = 32
+    ffn_dim: int = 64
+    freq_dim: int = 32
+    eps: float = 1e-6
+
+
+@dataclass
+class VAEConfig:
+    """Keyword arguments of diffusers' ``AutoencoderKLWan`` (``dim_mult`` repeats its last entry)."""
+
+    base_dim: int = 8
+    z_dim: int = 4
+    dim_mult: tuple[int, ...] = (1, 2, 2, 2)
+    num_res_blocks: int = 1
+    temperal_downsample: tuple[bool, ...] = (False, True, True)
+    is_residual: bool = False
+    patch_size: int | None = None
+    in_channels: int = 3
+    out_channels: int = 3
+    scale_factor_temporal: int = 4
+    scale_factor_spatial: int = 8
+
+    def vae_kwargs(self) -> dict[str, Any]:
+        kwargs = dataclasses.asdict(self)
+        kwargs["dim_mult"] = list(self.dim_mult)
+        kwargs["temperal_downsample"] = list(self.temperal_downsample)
+        # Random-weight VAEs have no measured latent statistics: identity normalisation.
+        kwargs["latents_mean"] = [0.0] * self.z_dim
+        kwargs["latents_std"] = [1.0] * self.z_dim
+        return kwargs
+
+
+@dataclass
+class TextEncoderConfig:
+    """A T5-family encoder from transformers (UMT5 for Wan). Random-weight models use the
+    byte-level ByT5 tokenizer, which needs no vocabulary file."""
+
+    d_model: int = 32
+    d_kv: int = 8
+    d_ff: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    max_length: int = 64
+
+
+@dataclass
+class MoTConfig:
+    """Everything that fixes the model's weights and input geometry."""
+
+    preset: str = "tiny"
+    # Local diffusers directory (transformer/, vae/, text_encoder/, tokenizer/) of a Wan model;
+    # None builds every component with random weights from the fields below.
+    pretrained_path: str | None = None
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    action_expert: ActionExpertConfig = field(default_factory=ActionExpertConfig)
+    vae: VAEConfig = field(default_factory=VAEConfig)
+    text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    # Observation and action geometry.
+    cameras: tuple[str, ...] = ("corner", "gripperPOV")
+    image_size: tuple[int, int] = (64, 64)  # per camera (H, W); cameras are tiled side by side
+    state_dim: int = 4
+    action_dim: int = 4
+    action_horizon: int = 16
+    num_future_frames: int = 4  # predicted pixel frames after the current one
+    # joint: denoise future video with the actions; action_only: actions attend to the
+    # current frame only (faster; trained by dropping future video with video_dropout).
+    video_mode: str = "joint"
+    vae_micro_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.video_mode not in VIDEO_MODES:
+            raise ValueError(f"video_mode={self.video_mode!r}: choose one of {VIDEO_MODES}")
+        if self.backbone.attention_backend not in BACKENDS:
+            raise ValueError(
+                f"model.backbone.attention_backend={self.backbone.attention_backend!r}: choose one of {BACKENDS}"
+            )
+        if self.num_future_frames % self.vae.scale_factor_temporal:
+            raise ValueError(
+                f"num_future_frames={self.num_future_frames} must be a multiple of the VAE's temporal "
+                f"factor {self.vae.scale_factor_temporal}"
+            )
+        multiple = self.spatial_multiple
+        if any(s % multiple for s in self.image_size):
+            raise ValueError(f"image_size={tuple(self.image_size)} must be divisible by {multiple} (VAE x patch)")
+        if self.vae_micro_batch_size is not None and self.vae_micro_batch_size < 1:
+            raise ValueError("vae_micro_batch_size must be null (whole batch) or a positive integer")
+
+    @property
+    def spatial_multiple(self) -> int:
+        """Pixels per video token side: the VAE's spatial factor times the transformer patch."""
+        return self.vae.scale_factor_spatial * self.backbone.patch_size[1]
+
+    @property
+    def latent_frames(self) -> int:
+        """Latent frames of the current frame plus the predicted future."""
+        return 1 + self.num_future_frames // self.vae.scale_factor_temporal
+
+    @property
+    def latent_size(self) -> tuple[int, int]:
+        h, w = self.image_size
+        s = self.vae.scale_factor_spatial
+        return h // s, w * len(self.cameras) // s
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MoTConfig:
+        groups = {
+            "backbone": BackboneConfig,
+            "action_expert": ActionExpertConfig,
+            "vae": VAEConfig,
+            "text_encoder": TextEncoderConfig,
+            "precision": PrecisionConfig,
+        }
+        kwargs = dict(data)
+        for name, group in groups.items():
+            if name in kwargs:
+                kwargs[name] = _tuples(group, kwargs[name])
+        return _tuples(cls, kwargs, nested=groups)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> MoTConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _tuples(cls, data: dict[str, Any], nested: dict | None = None):
+    """Build a dataclass from JSON/OmegaConf data, restoring tuple fields JSON turned into lists."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; known: {sorted(known)}")
+    kwargs = {}
+    for key, value in data.items():
+        if nested and key in nested:
+            kwargs[key] = value
+        elif isinstance(value, list):
+            kwargs[key] = tuple(value)
+        else:
+            kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _wan22_ti2v_5b() -> MoTConfig:
+    # Shapes of Wan-AI/Wan2.2-TI2V-5B-Diffusers: 30 layers, 24 heads x 128, 48-channel VAE with
+    # 16x spatial compression (2x2 patchify inside the VAE), UMT5-XXL text (4096-d).
+    return MoTConfig(
+        preset="wan22_ti2v_5b",
+        backbone=BackboneConfig(
+            num_attention_heads=24, attention_head_dim=128, in_channels=48, out_channels=48,
+            text_dim=4096, freq_dim=256, ffn_dim=14336, num_layers=30,
+        ),
+        action_expert=ActionExpertConfig(dim=1024, ffn_dim=4096, freq_dim=256),
+        vae=VAEConfig(
+            base_dim=160, z_dim=48, dim_mult=(1, 2, 4, 4), num_res_blocks=2,
+            temperal_downsample=(False, True, True), is_residual=True, patch_size=2,
+            in_channels=12, out_channels=12, scale_factor_spatial=16,
+        ),
+        text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=512),
+        precision=PrecisionConfig.uniform("bf16_full"),
+        image_size=(256, 256),
+        action_horizon=32,
+        num_future_frames=8,
+    )
+
+
+def _wan21_t2v_1_3b() -> MoTConfig:
+    # Shapes of Wan-AI/Wan2.1-T2V-1.3B-Diffusers: 30 layers, 12 heads x 128, 16-channel 8x VAE.
+    return MoTConfig(
+        preset="wan21_t2v_1_3b",
+        backbone=BackboneConfig(
+            num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
+            text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30,
+        ),
+        action_expert=ActionExpertConfig(dim=512, ffn_dim=2048, freq_dim=256),
+        vae=VAEConfig(base_dim=96, z_dim=16, dim_mult=(1, 2, 4, 4), num_res_blocks=2),
+        text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=512),
+        precision=PrecisionConfig.uniform("bf16_full"),
+        image_size=(256, 256),
+        action_horizon=32,
+        num_future_frames=8,
+    )
+
+
+PRESETS = {"tiny": MoTConfig, "wan22_ti2v_5b": _wan22_ti2v_5b, "wan21_t2v_1_3b": _wan21_t2v_1_3b}
+
+
+def preset(name: str, **overrides: Any) -> MoTConfig:
+    """The named preset's config, with top-level fields replaced by ``overrides``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+    return dataclasses.replace(PRESETS[name](), **overrides)

@@ -1,0 +1,94 @@
+"""LoRA adapters on both experts, through peft.
+
+Adapters go on the attention projections of every transformer block of the chosen experts;
+all other weights freeze. Saved in peft's directory format (``adapter_config.json`` +
+``adapter_model.safetensors``), one folder per expert.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model, set_peft_model_state_dict
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+EXPERTS = {"video": "transformer", "action": "action_expert"}
+SETTINGS_FILE = "wam_lora.json"
+ADAPTER_FILE = "adapter_model.safetensors"
+
+
+@dataclass
+class LoraSettings:
+    rank: int = 16
+    alpha: float = 16.0
+    dropout: float = 0.0
+    experts: tuple[str, ...] = ("video", "action")
+    target_modules: tuple[str, ...] = ("to_q", "to_k", "to_v", "to_out.0")
+
+    def __post_init__(self) -> None:
+        unknown = set(self.experts) - set(EXPERTS)
+        if unknown:
+            raise ValueError(f"unknown LoRA expert(s) {sorted(unknown)}; choose from {sorted(EXPERTS)}")
+        if self.rank < 1:
+            raise ValueError("LoRA rank must be >= 1")
+
+    def peft_config(self) -> LoraConfig:
+        # Only inside transformer blocks: patch embeddings and heads keep their trained weights.
+        names = "|".join(re.escape(m) for m in self.target_modules)
+        return LoraConfig(
+            r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            target_modules=rf"^blocks\.\d+\.(?:.+\.)?(?:{names})$",
+        )
+
+
+def has_lora(module: nn.Module) -> bool:
+    return any("lora_" in name for name, _ in module.named_parameters())
+
+
+def add_lora(model: nn.Module, settings: LoraSettings) -> None:
+    """Inject adapters into ``model``'s experts and make them the only trainable weights."""
+    for expert in settings.experts:
+        inject_adapter_in_model(settings.peft_config(), getattr(model, EXPERTS[expert]))
+    for name, param in model.named_parameters():
+        param.requires_grad_("lora_" in name)
+    model.lora_settings = settings
+
+
+def base_state_dict(module: nn.Module) -> dict:
+    """The module's weights without adapters, under the names the plain module uses."""
+    return {
+        name.replace(".base_layer.", "."): tensor.contiguous()
+        for name, tensor in module.state_dict().items()
+        if "lora_" not in name
+    }
+
+
+def save_lora(model: nn.Module, directory: Path) -> None:
+    settings: LoraSettings = model.lora_settings
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SETTINGS_FILE).write_text(json.dumps(dataclasses.asdict(settings), indent=2))
+    for expert in settings.experts:
+        module = getattr(model, EXPERTS[expert])
+        folder = directory / expert
+        folder.mkdir(exist_ok=True)
+        module.peft_config["default"].save_pretrained(str(folder))
+        tensors = {k: v.contiguous() for k, v in get_peft_model_state_dict(module).items()}
+        save_file(tensors, str(folder / ADAPTER_FILE))
+
+
+def load_lora(model: nn.Module, directory: Path) -> None:
+    data = json.loads((directory / SETTINGS_FILE).read_text())
+    settings = LoraSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    add_lora(model, settings)
+    for expert in settings.experts:
+        path = directory / expert / ADAPTER_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"LoRA checkpoint {directory} lacks {path.relative_to(directory)}; re-save the adapters")
+        result = set_peft_model_state_dict(getattr(model, EXPERTS[expert]), load_file(str(path)))
+        if result.unexpected_keys:
+            raise ValueError(f"LoRA weights in {path} do not fit the model: {result.unexpected_keys[:3]}")

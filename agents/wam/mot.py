@@ -1,0 +1,296 @@
+"""The MoT World Action Model: a Wan video expert and an action expert that share attention.
+
+Components (each a standard library class, saved in its own library's format):
+    transformer    diffusers ``WanTransformer3DModel``: the video expert (patchify, blocks, head)
+    action_expert  :class:`ActionExpert` (diffusers ``ModelMixin``)
+    vae            diffusers ``AutoencoderKLWan``: pixels <-> latents, frozen
+    text_encoder   transformers ``UMT5EncoderModel``, frozen; ``tokenizer`` beside it
+
+Both experts are trained by flow matching (x_t = (1 - s) x0 + s noise, target noise - x0),
+each with its own noise level, conditioned on the clean current-frame latent, the proprio
+state and the instruction. The current frame's tokens carry timestep 0 (Wan2.2 TI2V style).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from diffusers import AutoencoderKLWan, WanTransformer3DModel
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
+
+from agents.wam.action_expert import ActionExpert
+from agents.wam.config import MoTConfig
+from agents.wam.layers import LayerContext, mot_layer
+from wam_gym.attention import resolve_attention_backend
+from wam_gym.precision import apply_precision, module_dtype, precision_scope
+
+logger = logging.getLogger(__name__)
+
+
+def _time_embedding(embedder: nn.Module, timesteps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wan's timestep embedding (temb, 6-way modulation) of a ``WanTimeTextImageEmbedding``,
+    without its text projection, which is static within an inference call."""
+    proj = embedder.timesteps_proj(timesteps.flatten())
+    proj = proj.unflatten(0, timesteps.shape).to(next(embedder.time_embedder.parameters()).dtype)
+    temb = embedder.time_embedder(proj)
+    return temb, embedder.time_proj(embedder.act_fn(temb))
+
+
+class MoTWAM(nn.Module):
+    """Predicts future latent frames and an action chunk from one observation."""
+
+    def __init__(
+        self,
+        config: MoTConfig,
+        transformer: WanTransformer3DModel | None = None,
+        action_expert: ActionExpert | None = None,
+        vae: AutoencoderKLWan | None = None,
+        text_encoder: UMT5EncoderModel | None = None,
+        tokenizer=None,
+    ):
+        super().__init__()
+        self.config = config
+        bb = config.backbone
+        self.transformer = transformer or WanTransformer3DModel(**bb.transformer_kwargs())
+        self.action_expert = action_expert or ActionExpert(
+            dim=config.action_expert.dim,
+            ffn_dim=config.action_expert.ffn_dim,
+            num_layers=bb.num_layers,
+            num_attention_heads=bb.num_attention_heads,
+            attention_head_dim=bb.attention_head_dim,
+            action_dim=config.action_dim,
+            state_dim=config.state_dim,
+            text_dim=bb.text_dim,
+            max_actions=config.action_horizon,
+            freq_dim=config.action_expert.freq_dim,
+            eps=config.action_expert.eps,
+        )
+        self.vae = vae or AutoencoderKLWan(**config.vae.vae_kwargs())
+        te = config.text_encoder
+        self.tokenizer = tokenizer or ByT5Tokenizer()
+        self.text_encoder = text_encoder or UMT5EncoderModel(
+            UMT5Config(
+                vocab_size=len(self.tokenizer), d_model=te.d_model, d_kv=te.d_kv, d_ff=te.d_ff,
+                num_layers=te.num_layers, num_heads=te.num_heads,
+            )
+        )
+        self._check_shapes()
+        self.vae.requires_grad_(False)
+        self.text_encoder.requires_grad_(False)
+        self._apply_precision()
+        self._backends: dict[str, str] = {}
+        self.train(False)
+
+    def train(self, mode: bool = True) -> MoTWAM:
+        """Train the experts; the frozen encoders stay in eval mode (no dropout, ever)."""
+        super().train(mode)
+        self.vae.eval()
+        self.text_encoder.eval()
+        return self
+
+    # ----------------------------------------------------------------- structure
+    def _check_shapes(self) -> None:
+        tc, cfg = self.transformer.config, self.config
+        expected = {
+            "transformer in_channels": (tc.in_channels, self.vae.config.z_dim),
+            "transformer text_dim": (tc.text_dim, self.text_encoder.config.d_model),
+            "action expert layers": (len(self.action_expert.blocks), len(self.transformer.blocks)),
+            "action expert heads": (self.action_expert.config.num_attention_heads, tc.num_attention_heads),
+        }
+        wrong = {name: pair for name, pair in expected.items() if pair[0] != pair[1]}
+        if wrong:
+            detail = ", ".join(f"{name} is {got}, needs {want}" for name, (got, want) in wrong.items())
+            raise ValueError(f"MoT components do not fit together ({cfg.preset}): {detail}")
+
+    def projector_modules(self) -> list[nn.Module]:
+        """Input/output projections and condition embedders of both experts (precision group)."""
+        tr, ax = self.transformer, self.action_expert
+        return [tr.patch_embedding, tr.condition_embedder, tr.proj_out,
+                ax.state_in, ax.action_in, ax.condition_embedder, ax.proj_out]
+
+    def _apply_precision(self) -> None:
+        p = self.config.precision
+        for blocks in (self.transformer.blocks, self.action_expert.blocks):
+            apply_precision(blocks, p.backbone)
+        for module in self.projector_modules():
+            apply_precision(module, p.projectors)
+        apply_precision(self.text_encoder, p.text_encoder)
+        apply_precision(self.vae, p.vae)
+
+    @property
+    def device(self) -> torch.device:
+        return self.transformer.patch_embedding.weight.device
+
+    @contextmanager
+    def _precision(self, group: str):
+        with precision_scope(getattr(self.config.precision, group), self.device):
+            yield module_dtype(getattr(self.config.precision, group))
+
+    def attention_backend(self) -> str:
+        """The concrete attention kernel for this model's device (resolved and logged once)."""
+        kind = self.device.type
+        if kind not in self._backends:
+            self._backends[kind] = resolve_attention_backend(self.config.backbone.attention_backend, self.device)
+        return self._backends[kind]
+
+    def enable_gradient_checkpointing(self, enabled: bool = True) -> None:
+        self.config.backbone.use_gradient_checkpointing = enabled
+
+    # ----------------------------------------------------------------- encoders
+    @torch.no_grad()
+    def encode_prompt(self, prompts: Sequence[str]) -> torch.Tensor:
+        """(B, max_length, text_dim) embeddings; positions past each prompt are zero (as in Wan)."""
+        tokens = self.tokenizer(
+            list(prompts), padding="max_length", max_length=self.config.text_encoder.max_length,
+            truncation=True, return_tensors="pt",
+        ).to(self.device)
+        with self._precision("text_encoder"):
+            hidden = self.text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask)
+        return hidden.last_hidden_state.float() * tokens.attention_mask[..., None]
+
+    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (1, -1, 1, 1, 1)
+        mean = torch.tensor(self.vae.config.latents_mean, device=like.device).view(shape)
+        std = torch.tensor(self.vae.config.latents_std, device=like.device).view(shape)
+        return mean, std
+
+    def _vae_chunks(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        size = self.config.vae_micro_batch_size
+        return (x,) if size is None else x.split(size)
+
+    @torch.no_grad()
+    def encode_video(self, frames: torch.Tensor) -> torch.Tensor:
+        """Pixels (B, 3, T, H, W) in [-1, 1] -> normalised latents (B, C, 1 + (T-1)/4, h, w)."""
+        with self._precision("vae") as dtype:
+            parts = [self.vae.encode(chunk.to(dtype)).latent_dist.mode() for chunk in self._vae_chunks(frames)]
+        latents = torch.cat(parts).float()
+        mean, std = self._latent_stats(latents)
+        return (latents - mean) / std
+
+    @torch.no_grad()
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised latents -> pixels (B, 3, T, H, W) in [-1, 1]."""
+        mean, std = self._latent_stats(latents)
+        latents = latents * std + mean
+        with self._precision("vae") as dtype:
+            parts = [self.vae.decode(chunk.to(dtype)).sample for chunk in self._vae_chunks(latents)]
+        return torch.cat(parts).float().clamp(-1, 1)
+
+    # ----------------------------------------------------------------- denoiser
+    def forward(
+        self,
+        latents: torch.Tensor,
+        video_sigma: torch.Tensor,
+        actions: torch.Tensor,
+        action_sigma: torch.Tensor,
+        state: torch.Tensor,
+        text: torch.Tensor,
+        cross_kv: dict | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Flow velocities of the future latents and of the actions.
+
+        latents (B, C, F, h, w): the clean current frame, then F-1 noisy future frames at
+        ``video_sigma`` (B,) (F = 1: action-only). actions (B, T, A) noisy at ``action_sigma``
+        (B,); state (B, S); text (B, Lt, text_dim) from :meth:`encode_prompt`. ``cross_kv``: a
+        dict kept for the whole inference call to reuse the text's cross-attention K/V.
+        Returns (B, C, F-1, h, w) (None when F = 1) and (B, T, A).
+        """
+        tr, ax = self.transformer, self.action_expert
+        b, _, frames, h, w = latents.shape
+        _, p_h, p_w = tr.config.patch_size
+        per_frame = (h // p_h) * (w // p_w)
+
+        with self._precision("projectors") as dtype:
+            xv = tr.patch_embedding(latents.to(dtype)).flatten(2).transpose(1, 2)
+            # The current frame is clean: its tokens get timestep 0, the future ones video_sigma.
+            t_video = (video_sigma.float() * 1000)[:, None].repeat(1, frames * per_frame)
+            t_video[:, :per_frame] = 0
+            temb_v, mod_v = _time_embedding(tr.condition_embedder, t_video)
+            temb_a, mod_a = _time_embedding(ax.condition_embedder, action_sigma.float() * 1000)
+            xa = ax.embed(state.to(dtype), actions.to(dtype))
+            video_text, action_text = self._project_text(text.to(dtype), cross_kv)
+
+        with self._precision("backbone") as dtype:
+            ctx = LayerContext(
+                video_mod=mod_v.unflatten(2, (6, -1)), action_mod=mod_a.unflatten(1, (6, -1)),
+                video_text=video_text.to(dtype), action_text=action_text.to(dtype),
+                rotary=tr.rope(latents), backend=self.attention_backend(), cross_kv=cross_kv,
+            )
+            xv, xa = xv.to(dtype), xa.to(dtype)
+            recompute = self.config.backbone.use_gradient_checkpointing and torch.is_grad_enabled()
+            for i, (video_block, action_block) in enumerate(zip(tr.blocks, ax.blocks)):
+                if recompute:
+                    xv, xa = checkpoint(mot_layer, video_block, action_block, xv, xa, ctx, i, use_reentrant=False)
+                else:
+                    xv, xa = mot_layer(video_block, action_block, xv, xa, ctx, i)
+
+        with self._precision("projectors") as dtype:
+            action_velocity = ax.head(xa.to(dtype), temb_a).float()
+            if frames == 1:
+                return None, action_velocity
+            future = xv[:, per_frame:].to(dtype)
+            video_velocity = self._video_head(future, temb_v[:, per_frame:], (frames - 1, h // p_h, w // p_w))
+        return video_velocity.float(), action_velocity
+
+    def _project_text(self, text: torch.Tensor, cross_kv: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if cross_kv is not None and "text" in cross_kv:
+            return cross_kv["text"]
+        projected = (
+            self.transformer.condition_embedder.text_embedder(text),
+            self.action_expert.condition_embedder.text_embedder(text),
+        )
+        if cross_kv is not None:
+            cross_kv["text"] = projected
+        return projected
+
+    def _video_head(self, tokens: torch.Tensor, temb: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
+        """Wan's output norm, projection and unpatchify for the future-frame tokens."""
+        tr = self.transformer
+        shift, scale = (tr.scale_shift_table.unsqueeze(0) + temb.float().unsqueeze(2)).chunk(2, dim=2)
+        hidden = (tr.norm_out(tokens.float()) * (1 + scale.squeeze(2)) + shift.squeeze(2)).type_as(tokens)
+        hidden = tr.proj_out(hidden)
+        f, gh, gw = grid
+        p_t, p_h, p_w = tr.config.patch_size
+        hidden = hidden.reshape(hidden.shape[0], f, gh, gw, p_t, p_h, p_w, -1)
+        return hidden.permute(0, 7, 1, 4, 2, 5, 3, 6).flatten(6, 7).flatten(4, 5).flatten(2, 3)
+
+    # ----------------------------------------------------------------- training
+    def loss(
+        self,
+        latents: torch.Tensor,
+        actions: torch.Tensor,
+        state: torch.Tensor,
+        text: torch.Tensor,
+        *,
+        video_dropout: float = 0.0,
+        action_weight: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Flow-matching loss on a clip's normalised latents (B, C, F, h, w) (frame 0 = the
+        current frame) and normalised actions (B, T, A). Video and actions draw independent
+        noise levels (logit-normal), so either can be denoised while the other is noisy.
+        ``video_dropout`` is the chance a batch is trained action-only (video_mode=action_only)."""
+        b, device = latents.shape[0], latents.device
+        # Draws happen on the CPU generator so a seeded loss is the same on every device.
+        sigma_v, sigma_a = torch.sigmoid(torch.randn(2, b, generator=generator)).to(device)
+        action_only = bool(torch.rand((), generator=generator) < video_dropout) or latents.shape[2] == 1
+        current, future = latents[:, :, :1], latents[:, :, 1:]
+        noise_v = torch.randn(future.shape, generator=generator).to(device)
+        noise_a = torch.randn(actions.shape, generator=generator).to(device)
+        noisy_actions = _interpolate(actions, noise_a, sigma_a)
+        video_in = current if action_only else torch.cat([current, _interpolate(future, noise_v, sigma_v)], 2)
+        video_pred, action_pred = self(video_in, sigma_v, noisy_actions, sigma_a, state, text)
+        action_loss = F.mse_loss(action_pred, noise_a - actions)
+        video_loss = torch.zeros((), device=device) if action_only else F.mse_loss(video_pred, noise_v - future)
+        return {"loss": video_loss + action_weight * action_loss, "video_loss": video_loss, "action_loss": action_loss}
+
+
+def _interpolate(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    s = sigma.view(-1, *([1] * (x0.ndim - 1)))
+    return (1 - s) * x0 + s * noise

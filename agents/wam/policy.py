@@ -1,0 +1,185 @@
+"""One model call: a batch of observations in, action chunks (and predicted frames) out.
+
+``WAMPolicy.predict`` is the unit the inference broker batches and serves; ``WAMAgent``
+calls it only for envs whose action queue ran dry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agents.wam.mot import MoTWAM
+from agents.wam.normalization import Normalizer
+from agents.wam.sampling import FlowSampler, SamplerConfig
+from wam_gym.compile import CompileConfig, compile_module
+
+logger = logging.getLogger(__name__)
+STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training statistics
+
+
+class NonFiniteOutputError(RuntimeError):
+    """The model produced NaN or inf; nothing is sent to the environment."""
+
+
+@dataclass
+class InferenceConfig:
+    """The EVALUATION knobs that act on one model call (seeds' names)."""
+
+    num_inference_steps: int = 10
+    sampler: str = "unipc"
+    shift: float = 5.0
+    inference_cross_kv_reuse: bool = True
+    visualize_future_video: bool = False  # decode the predicted latents into frames
+    torch_compile: bool = False
+    torch_compile_mode: str | None = "reduce-overhead"
+    torch_compile_backend: str = "inductor"
+    torch_compile_fullgraph: bool = False
+    torch_compile_dynamic: bool | None = None
+    torch_compile_options: dict[str, Any] | None = None
+    seed: int = 0  # of the sampling noise: the same observations give the same actions
+
+    def sampler_config(self) -> SamplerConfig:
+        return SamplerConfig(name=self.sampler, num_inference_steps=self.num_inference_steps, shift=self.shift)
+
+    def compile_config(self) -> CompileConfig:
+        return CompileConfig(
+            enabled=self.torch_compile, mode=self.torch_compile_mode, backend=self.torch_compile_backend,
+            fullgraph=self.torch_compile_fullgraph, dynamic=self.torch_compile_dynamic,
+            options=self.torch_compile_options,
+        )
+
+
+@dataclass
+class Prediction:
+    actions: np.ndarray  # (B, action_horizon, action_dim) float32, in the env's units
+    video: np.ndarray | None = None  # (B, 1 + num_future_frames, H, W * cameras, 3) uint8
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class WAMPolicy:
+    def __init__(
+        self,
+        model: MoTWAM,
+        config: InferenceConfig | None = None,
+        normalizer: Normalizer | None = None,
+    ):
+        self.model = model.eval()
+        self.config = config or InferenceConfig()
+        self.normalizer = normalizer or Normalizer()
+        self.sampler = FlowSampler(self.config.sampler_config())
+        self.generator = torch.Generator().manual_seed(self.config.seed)
+        compile_module(self.model, self.config.compile_config())
+        logger.info(
+            "WAM policy: preset=%s sampler=%s steps=%d attention=%s video_mode=%s",
+            model.config.preset, self.config.sampler, self.config.num_inference_steps,
+            model.attention_backend(), model.config.video_mode,
+        )
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, config: InferenceConfig | None = None, dataset_stats_path: str | None = None,
+        device: str = "cpu", **model_overrides: Any,
+    ) -> WAMPolicy:
+        """Load a checkpoint; statistics from ``dataset_stats_path``, else the checkpoint's own."""
+        from agents.wam.checkpoint import load_pretrained
+
+        model = load_pretrained(path, **model_overrides).to(device)
+        stats = dataset_stats_path or (Path(path) / STATS_FILE)
+        normalizer = Normalizer.from_stats_file(stats) if dataset_stats_path or Path(stats).is_file() else None
+        if normalizer is None:
+            logger.warning("%s has no %s and no dataset_stats_path was given: actions are not unnormalised", path, STATS_FILE)
+        return cls(model, config, normalizer)
+
+    @property
+    def action_horizon(self) -> int:
+        return self.model.config.action_horizon
+
+    # ----------------------------------------------------------------- inputs
+    def _frames(self, pixels: Mapping[str, Any], batch: int) -> torch.Tensor:
+        """Camera images -> (B, 3, 1, H, W * cameras) in [-1, 1], cameras side by side."""
+        cfg = self.model.config
+        missing = [c for c in cfg.cameras if c not in pixels]
+        if missing:
+            raise ValueError(
+                f"observation lacks camera(s) {missing} (has {sorted(pixels)}); the model was trained on "
+                f"cameras={list(cfg.cameras)}: make the env with those cameras"
+            )
+        views = []
+        for camera in cfg.cameras:
+            image = np.asarray(pixels[camera])
+            if image.dtype != np.uint8 or image.ndim != 4 or image.shape[0] != batch or image.shape[-1] != 3:
+                raise ValueError(
+                    f"pixels/{camera} is {image.dtype} {image.shape}; the contract is uint8 (B, H, W, 3) "
+                    f"with B={batch} (0-255 RGB, as wam_gym envs return)"
+                )
+            x = torch.from_numpy(image).to(self.model.device).permute(0, 3, 1, 2).float() / 127.5 - 1
+            if tuple(x.shape[-2:]) != tuple(cfg.image_size):
+                x = F.interpolate(x, size=tuple(cfg.image_size), mode="bilinear", antialias=True, align_corners=False)
+            views.append(x)
+        return torch.cat(views, dim=-1)[:, :, None]
+
+    def _state(self, state: Any, batch: int) -> torch.Tensor:
+        state = np.asarray(state)
+        dim = self.model.config.state_dim
+        if state.shape != (batch, dim) or not np.issubdtype(state.dtype, np.floating):
+            raise ValueError(f"state is {state.dtype} {state.shape}; the model needs float (B, {dim}) with B={batch}")
+        return torch.from_numpy(self.normalizer.normalize_state(state)).to(self.model.device)
+
+    @staticmethod
+    def _instructions(instruction: Any, batch: int) -> list[str]:
+        texts = [instruction] if isinstance(instruction, str) else list(instruction)
+        if len(texts) != batch or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"instruction must be {batch} string(s), got {instruction!r}")
+        return texts
+
+    # ----------------------------------------------------------------- call
+    @torch.no_grad()
+    def predict(self, obs: Mapping[str, Any]) -> Prediction:
+        """Action chunks for a batch of contract observations (``pixels``, ``state``, ``instruction``)."""
+        batch = np.asarray(obs["state"]).shape[0]
+        model, cfg = self.model, self.model.config
+        current = model.encode_video(self._frames(obs["pixels"], batch))
+        state = self._state(obs["state"], batch)
+        text = model.encode_prompt(self._instructions(obs["instruction"], batch))
+        joint = cfg.video_mode == "joint"
+        noise = {"action": self._noise(batch, cfg.action_horizon, cfg.action_dim)}
+        if joint:
+            c, _, h, w = current.shape[1:]
+            noise["video"] = self._noise(batch, c, cfg.latent_frames - 1, h, w)
+        cross_kv = {} if self.config.inference_cross_kv_reuse else None
+
+        def denoise(x: dict[str, torch.Tensor], sigma: torch.Tensor) -> dict[str, torch.Tensor]:
+            sigmas = sigma.expand(batch)
+            latents = torch.cat([current, x["video"]], dim=2) if joint else current
+            video_v, action_v = model(latents, sigmas, x["action"], sigmas, state, text, cross_kv=cross_kv)
+            return {"action": action_v, "video": video_v} if joint else {"action": action_v}
+
+        x0 = self.sampler.sample(denoise, noise)
+        for key, value in x0.items():
+            if not torch.isfinite(value).all():
+                raise NonFiniteOutputError(
+                    f"the model predicted non-finite {key} values (NaN/inf); no action was sent. Check the "
+                    "checkpoint, or run with precision fp32 (model.precision.*=fp32) to rule out overflow"
+                )
+        actions = self.normalizer.unnormalize_actions(x0["action"].cpu().numpy())
+        video = None
+        if joint and self.config.visualize_future_video:
+            video = _to_uint8(model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
+        return Prediction(actions=actions, video=video)
+
+    def _noise(self, *shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=self.generator).to(self.model.device)
+
+
+def _to_uint8(frames: torch.Tensor) -> np.ndarray:
+    """(B, 3, T, H, W) in [-1, 1] -> (B, T, H, W, 3) uint8."""
+    return ((frames.permute(0, 2, 3, 4, 1) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu().numpy()
+

@@ -1,0 +1,80 @@
+"""``torch.compile`` of one method of a module instance, after EasyWAM's ``torch_compile`` knobs.
+
+Compiled graphs are cached by dynamo for the life of the process, so a module is compiled
+once: compiling it again with the same :class:`CompileConfig` is a no-op, and with a different
+one raises :class:`CompileConfigMismatch` rather than silently stacking a second compile on
+top of the first (the worker must restart to change settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+_CONFIG_ATTR = "_wam_compile_config"  # {attr: CompileConfig} on each compiled instance
+
+
+@dataclass
+class CompileConfig:
+    """Arguments of ``torch.compile``.
+
+    ``mode`` and ``options`` are mutually exclusive in ``torch.compile``: when ``options`` is
+    given, ``mode`` is ignored and ``mode=None`` is passed. ``mode="reduce-overhead"`` uses CUDA
+    graphs; on CPU torch may warn and fall back, which is harmless.
+    """
+
+    enabled: bool = False
+    mode: str | None = "reduce-overhead"
+    backend: str = "inductor"
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    options: dict[str, Any] | None = None
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``torch.compile``, with ``options`` taking over from ``mode``."""
+        return {
+            "mode": None if self.options is not None else self.mode,
+            "backend": self.backend,
+            "fullgraph": self.fullgraph,
+            "dynamic": self.dynamic,
+            "options": self.options,
+        }
+
+
+class CompileConfigMismatch(RuntimeError):
+    """A module already compiled with one config was asked to compile with another."""
+
+
+def compile_module(module: nn.Module, cfg: CompileConfig, attr: str = "forward") -> nn.Module:
+    """Replace ``module.<attr>`` on this instance with its ``torch.compile``\\ d version.
+
+    Returns ``module``. A disabled ``cfg`` on a never-compiled method does nothing and records
+    nothing. Once compiled, the config is kept per method in ``module._wam_compile_config``
+    (``{attr: cfg}``, read it with :func:`compiled_config`); a later call for the same ``attr``
+    with an equal config is a no-op, any other (disabled included) raises
+    :class:`CompileConfigMismatch`.
+    """
+    configs: dict[str, CompileConfig] = module.__dict__.get(_CONFIG_ATTR, {})
+    current = configs.get(attr)
+    if current is not None:
+        if current == cfg:
+            return module
+        raise CompileConfigMismatch(
+            f"{type(module).__name__}.{attr} is already compiled with {current}; "
+            f"cannot apply {cfg}: restart the worker to change compile settings"
+        )
+    if not cfg.enabled:
+        return module
+    original = getattr(module, attr)  # bound method: the instance attribute shadows the class'
+    # object.__setattr__ sidesteps nn.Module's registry: neither value is a Parameter/Module.
+    object.__setattr__(module, attr, torch.compile(original, **cfg.compile_kwargs()))
+    object.__setattr__(module, _CONFIG_ATTR, {**configs, attr: cfg})
+    return module
+
+
+def compiled_config(module: nn.Module, attr: str = "forward") -> CompileConfig | None:
+    """The config ``module.<attr>`` was compiled with, or ``None`` if it was not compiled."""
+    return module.__dict__.get(_CONFIG_ATTR, {}).get(attr)
