@@ -38,15 +38,18 @@ def observation(model: MoTWAM, batch: int) -> dict:
     }
 
 
-def median_seconds(fn, warmup: int, repeats: int) -> float:
+def median_seconds(*fns, warmup: int, repeats: int, args: tuple = ()) -> list[float]:
+    """Median seconds per call of each ``fn(*args)``, calls interleaved so drift hits all alike."""
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns:
+            fn(*args)
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, bucket in zip(fns, times):
+            start = time.perf_counter()
+            fn(*args)
+            bucket.append(time.perf_counter() - start)
+    return [statistics.median(bucket) for bucket in times]
 
 
 def policy(model: MoTWAM, **knobs) -> WAMPolicy:
@@ -61,21 +64,23 @@ def bench_cross_kv(model, obs, args) -> None:
         )
         wam = MoTWAM(config, model.transformer, model.action_expert, model.vae, model.text_encoder, model.tokenizer)
         on, off = policy(wam, inference_cross_kv_reuse=True), policy(wam, inference_cross_kv_reuse=False)
-        t_on = median_seconds(lambda p=on: p.predict(obs), args.warmup, args.repeats)
-        t_off = median_seconds(lambda p=off: p.predict(obs), args.warmup, args.repeats)
+        t_on, t_off = median_seconds(
+            on.predict, off.predict, warmup=args.warmup, repeats=args.repeats, args=(obs,)
+        )
         print(f"\n1. inference_cross_kv_reuse (UniPC, 10 steps, batch {args.batch}, {max_length} text tokens)")
         print(f"   reuse on  {t_on * 1e3:8.1f} ms/call\n   reuse off {t_off * 1e3:8.1f} ms/call\n   off/on = {t_off / t_on:.2f}x")
 
 
 def bench_samplers(model, obs, args) -> None:
-    print(f"\n2. samplers vs 30-step DDIM (batch {args.batch}, predicted video decoded)")
+    print(f"\n2. samplers vs 30-step DDIM (batch {args.batch}; time without decoding, PSNR of decoded future frames)")
     runs = {"ddim-30": ("ddim", 30), "dpmpp-10": ("dpmpp", 10), "unipc-10": ("unipc", 10)}
+    timed = [policy(model, sampler=name, num_inference_steps=steps) for name, steps in runs.values()]
+    seconds = median_seconds(*[p.predict for p in timed], warmup=args.warmup, repeats=args.repeats, args=(obs,))
     results = {}
-    for label, (name, steps) in runs.items():
-        knobs = dict(sampler=name, num_inference_steps=steps, visualize_future_video=True)
-        timed = policy(model, **knobs)
-        seconds = median_seconds(lambda p=timed: p.predict(obs), args.warmup, args.repeats)
-        results[label] = (seconds, policy(model, **knobs).predict(obs).video)  # fresh policy: same noise for all
+    for (label, (name, steps)), sec in zip(runs.items(), seconds):
+        # A fresh policy per sampler: the same noise for all.
+        video = policy(model, sampler=name, num_inference_steps=steps, visualize_future_video=True).predict(obs).video
+        results[label] = (sec, video)
     ref_seconds, ref_video = results["ddim-30"]
     for label, (seconds, video) in results.items():
         # Frame 0 is the reconstructed current frame, the same for all: score the future only.
@@ -93,7 +98,7 @@ def bench_vae(model, args) -> None:
     base = None
     for micro in (None, 4, 2, 1):
         model.config.vae_micro_batch_size = micro
-        seconds = median_seconds(lambda: model.decode_latents(model.encode_video(frames)), 1, args.repeats)
+        (seconds,) = median_seconds(lambda: model.decode_latents(model.encode_video(frames)), warmup=1, repeats=args.repeats)
         base = base or seconds
         print(f"   micro-batch {str(micro):4s} {seconds * 1e3:8.1f} ms  ({seconds / base:4.2f}x of whole-batch time)")
     model.config.vae_micro_batch_size = None

@@ -156,7 +156,7 @@ def test_same_seed_same_actions(model):
 
 @pytest.mark.parametrize("mode", ["autocast", "bf16_full"])
 def test_reduced_precision_backbone_stays_close_to_fp32(model, mode):
-    config = dataclasses.replace(model.config, precision=PrecisionConfig(backbone=mode, projectors=mode))
+    config = dataclasses.replace(model.config, encoder_mode=PrecisionConfig(backbone=mode, projectors=mode))
     low = load_like(model, config)
     if mode == "bf16_full":
         assert low.transformer.blocks[0].attn1.to_q.weight.dtype == torch.bfloat16

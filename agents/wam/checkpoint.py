@@ -101,7 +101,7 @@ def _load_components(root: Path, names: tuple[str, ...], config: MoTConfig) -> d
             components[name] = AutoTokenizer.from_pretrained(str(root / name), local_files_only=True)
             continue
         _require_weights(root / name, root)
-        dtype = module_dtype(getattr(config.precision, _PRECISION_GROUP[name]))
+        dtype = module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[name]))
         components[name] = COMPONENTS[name].from_pretrained(
             str(root / name), torch_dtype=dtype, local_files_only=True, use_safetensors=True
         )
@@ -112,7 +112,7 @@ def load_pretrained(directory: str | Path, **overrides: Any) -> MoTWAM:
     """Load a checkpoint written by :func:`save_pretrained`.
 
     ``overrides`` replace runtime fields of the saved MoTConfig that do not change weights,
-    e.g. ``precision``, ``vae_micro_batch_size``, ``video_mode``, or ``backbone`` settings.
+    e.g. ``encoder_mode``, ``vae_micro_batch_size``, ``video_mode``, or ``backbone`` settings.
     """
     root = Path(directory).expanduser()
     _require_dir(root, "checkpoint", "train one with `python -m training` or pass the directory save_pretrained wrote")

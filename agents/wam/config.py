@@ -115,7 +115,9 @@ class MoTConfig:
     action_expert: ActionExpertConfig = field(default_factory=ActionExpertConfig)
     vae: VAEConfig = field(default_factory=VAEConfig)
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
-    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    # Per-module precision (UnifoLM-WMA's encoder_mode): fp32 | autocast | bf16_full each; the VAE is
+    # the image encoder.
+    encoder_mode: PrecisionConfig = field(default_factory=PrecisionConfig)
     # Observation and action geometry.
     cameras: tuple[str, ...] = ("corner", "gripperPOV")
     image_size: tuple[int, int] = (64, 64)  # per camera (H, W); cameras are tiled side by side
@@ -172,7 +174,7 @@ class MoTConfig:
             "action_expert": ActionExpertConfig,
             "vae": VAEConfig,
             "text_encoder": TextEncoderConfig,
-            "precision": PrecisionConfig,
+            "encoder_mode": PrecisionConfig,
         }
         kwargs = dict(data)
         for name, group in groups.items():
@@ -221,7 +223,7 @@ def _wan22_ti2v_5b() -> MoTConfig:
             in_channels=12, out_channels=12, scale_factor_spatial=16,
         ),
         text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=512),
-        precision=PrecisionConfig.uniform("bf16_full"),
+        encoder_mode=PrecisionConfig.uniform("bf16_full"),
         image_size=(256, 256),
         action_horizon=32,
         num_future_frames=8,
@@ -239,7 +241,7 @@ def _wan21_t2v_1_3b() -> MoTConfig:
         action_expert=ActionExpertConfig(dim=512, ffn_dim=2048, freq_dim=256),
         vae=VAEConfig(base_dim=96, z_dim=16, dim_mult=(1, 2, 4, 4), num_res_blocks=2),
         text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=512),
-        precision=PrecisionConfig.uniform("bf16_full"),
+        encoder_mode=PrecisionConfig.uniform("bf16_full"),
         image_size=(256, 256),
         action_horizon=32,
         num_future_frames=8,

@@ -115,7 +115,7 @@ class MoTWAM(nn.Module):
                 ax.state_in, ax.action_in, ax.condition_embedder, ax.proj_out]
 
     def _apply_precision(self) -> None:
-        p = self.config.precision
+        p = self.config.encoder_mode
         for blocks in (self.transformer.blocks, self.action_expert.blocks):
             apply_precision(blocks, p.backbone)
         for module in self.projector_modules():
@@ -129,8 +129,8 @@ class MoTWAM(nn.Module):
 
     @contextmanager
     def _precision(self, group: str):
-        with precision_scope(getattr(self.config.precision, group), self.device):
-            yield module_dtype(getattr(self.config.precision, group))
+        with precision_scope(getattr(self.config.encoder_mode, group), self.device):
+            yield module_dtype(getattr(self.config.encoder_mode, group))
 
     def attention_backend(self) -> str:
         """The concrete attention kernel for this model's device (resolved and logged once)."""

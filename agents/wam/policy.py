@@ -167,7 +167,7 @@ class WAMPolicy:
             if not torch.isfinite(value).all():
                 raise NonFiniteOutputError(
                     f"the model predicted non-finite {key} values (NaN/inf); no action was sent. Check the "
-                    "checkpoint, or run with precision fp32 (model.precision.*=fp32) to rule out overflow"
+                    "checkpoint, or run with model.encoder_mode.*=fp32 to rule out overflow"
                 )
         actions = self.normalizer.unnormalize_actions(x0["action"].cpu().numpy())
         video = None
