@@ -207,21 +207,13 @@ def _tuples(cls, data: dict[str, Any], nested: dict | None = None):
     return cls(**kwargs)
 
 
-def _wan22_ti2v_5b() -> MoTConfig:
-    # Shapes of Wan-AI/Wan2.2-TI2V-5B-Diffusers: 30 layers, 24 heads x 128, 48-channel VAE with
-    # 16x spatial compression (2x2 patchify inside the VAE), UMT5-XXL text (4096-d).
+def _wan_preset(name: str, backbone: BackboneConfig, action_expert: ActionExpertConfig, vae: VAEConfig) -> MoTConfig:
+    """What every Wan preset shares: UMT5-XXL text (4096-d, 512 tokens), bf16, 256x256 cameras."""
     return MoTConfig(
-        preset="wan22_ti2v_5b",
-        backbone=BackboneConfig(
-            num_attention_heads=24, attention_head_dim=128, in_channels=48, out_channels=48,
-            text_dim=4096, freq_dim=256, ffn_dim=14336, num_layers=30,
-        ),
-        action_expert=ActionExpertConfig(dim=1024, ffn_dim=4096, freq_dim=256),
-        vae=VAEConfig(
-            base_dim=160, z_dim=48, dim_mult=(1, 2, 4, 4), num_res_blocks=2,
-            temperal_downsample=(False, True, True), is_residual=True, patch_size=2,
-            in_channels=12, out_channels=12, scale_factor_spatial=16,
-        ),
+        preset=name,
+        backbone=backbone,
+        action_expert=action_expert,
+        vae=vae,
         text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=512),
         encoder_mode=PrecisionConfig.uniform("bf16_full"),
         image_size=(256, 256),
@@ -230,21 +222,34 @@ def _wan22_ti2v_5b() -> MoTConfig:
     )
 
 
+def _wan22_ti2v_5b() -> MoTConfig:
+    # Shapes of Wan-AI/Wan2.2-TI2V-5B-Diffusers: 30 layers, 24 heads x 128, 48-channel VAE with
+    # 16x spatial compression (2x2 patchify inside the VAE).
+    return _wan_preset(
+        "wan22_ti2v_5b",
+        BackboneConfig(
+            num_attention_heads=24, attention_head_dim=128, in_channels=48, out_channels=48,
+            text_dim=4096, freq_dim=256, ffn_dim=14336, num_layers=30,
+        ),
+        ActionExpertConfig(dim=1024, ffn_dim=4096, freq_dim=256),
+        VAEConfig(
+            base_dim=160, z_dim=48, dim_mult=(1, 2, 4, 4), num_res_blocks=2,
+            temperal_downsample=(False, True, True), is_residual=True, patch_size=2,
+            in_channels=12, out_channels=12, scale_factor_spatial=16,
+        ),
+    )
+
+
 def _wan21_t2v_1_3b() -> MoTConfig:
     # Shapes of Wan-AI/Wan2.1-T2V-1.3B-Diffusers: 30 layers, 12 heads x 128, 16-channel 8x VAE.
-    return MoTConfig(
-        preset="wan21_t2v_1_3b",
-        backbone=BackboneConfig(
+    return _wan_preset(
+        "wan21_t2v_1_3b",
+        BackboneConfig(
             num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
             text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30,
         ),
-        action_expert=ActionExpertConfig(dim=512, ffn_dim=2048, freq_dim=256),
-        vae=VAEConfig(base_dim=96, z_dim=16, dim_mult=(1, 2, 4, 4), num_res_blocks=2),
-        text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=512),
-        encoder_mode=PrecisionConfig.uniform("bf16_full"),
-        image_size=(256, 256),
-        action_horizon=32,
-        num_future_frames=8,
+        ActionExpertConfig(dim=512, ffn_dim=2048, freq_dim=256),
+        VAEConfig(base_dim=96, z_dim=16, dim_mult=(1, 2, 4, 4), num_res_blocks=2),
     )
 
 
