@@ -7,7 +7,8 @@ calls it only for envs whose action queue ran dry.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ class InferenceConfig:
     torch_compile_dynamic: bool | None = None
     torch_compile_options: dict[str, Any] | None = None
     seed: int = 0  # of the sampling noise: the same observations give the same actions
+    prompt_cache_size: int = 64  # instructions whose text embedding is kept (LRU); 0 = off
 
     def sampler_config(self) -> SamplerConfig:
         return SamplerConfig(name=self.sampler, num_inference_steps=self.num_inference_steps, shift=self.shift)
@@ -76,6 +78,7 @@ class WAMPolicy:
         self.normalizer = normalizer or Normalizer()
         self.sampler = FlowSampler(self.config.sampler_config())
         self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.prompt_cache = PromptCache(model, self.config.prompt_cache_size)
         compile_module(self.model, self.config.compile_config())
         logger.info(
             "WAM policy: preset=%s sampler=%s steps=%d attention=%s video_mode=%s",
@@ -142,18 +145,23 @@ class WAMPolicy:
 
     # ----------------------------------------------------------------- call
     @torch.no_grad()
-    def predict(self, obs: Mapping[str, Any]) -> Prediction:
-        """Action chunks for a batch of contract observations (``pixels``, ``state``, ``instruction``)."""
+    def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Prediction:
+        """Action chunks for a batch of contract observations (``pixels``, ``state``, ``instruction``).
+
+        ``noise_seeds`` (one per row) make each row's sampling noise its own, so a row's
+        prediction does not depend on which other rows share its batch (the broker's case).
+        """
         batch = np.asarray(obs["state"]).shape[0]
         model, cfg = self.model, self.model.config
         current = model.encode_video(self._frames(obs["pixels"], batch))
         state = self._state(obs["state"], batch)
-        text = model.encode_prompt(self._instructions(obs["instruction"], batch))
+        text = self.prompt_cache.encode(self._instructions(obs["instruction"], batch))
         joint = cfg.video_mode == "joint"
-        noise = {"action": self._noise(batch, cfg.action_horizon, cfg.action_dim)}
+        shapes = {"action": (cfg.action_horizon, cfg.action_dim)}
         if joint:
             c, _, h, w = current.shape[1:]
-            noise["video"] = self._noise(batch, c, cfg.latent_frames - 1, h, w)
+            shapes["video"] = (c, cfg.latent_frames - 1, h, w)
+        noise = self._noise(batch, shapes, noise_seeds)
         cross_kv = {} if self.config.inference_cross_kv_reuse else None
 
         def denoise(x: dict[str, torch.Tensor], sigma: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -175,8 +183,41 @@ class WAMPolicy:
             video = _to_uint8(model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
         return Prediction(actions=actions, video=video)
 
-    def _noise(self, *shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=self.generator).to(self.model.device)
+    def _noise(self, batch: int, shapes: dict[str, tuple[int, ...]], seeds: Sequence[int] | None) -> dict:
+        if seeds is None:
+            return {k: torch.randn((batch, *s), generator=self.generator).to(self.model.device) for k, s in shapes.items()}
+        if len(seeds) != batch:
+            raise ValueError(f"{len(seeds)} noise seeds for a batch of {batch}")
+        rows = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+        return {k: torch.stack([torch.randn(s, generator=g) for g in rows]).to(self.model.device) for k, s in shapes.items()}
+
+
+class PromptCache:
+    """LRU cache of instruction embeddings (MULTIRUN.prompt_cache_size per model worker):
+    an evaluation repeats a handful of instructions thousands of times."""
+
+    def __init__(self, model: MoTWAM, size: int):
+        self.model, self.size = model, size
+        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def encode(self, prompts: list[str]) -> torch.Tensor:
+        if self.size <= 0:
+            self.misses += len(prompts)
+            return self.model.encode_prompt(prompts)
+        new = list(dict.fromkeys(p for p in prompts if p not in self._cache))
+        if new:
+            for prompt, row in zip(new, self.model.encode_prompt(new)):
+                self._cache[prompt] = row
+        self.misses += len(new)
+        self.hits += len(prompts) - len(new)
+        rows = []
+        for prompt in prompts:
+            self._cache.move_to_end(prompt)
+            rows.append(self._cache[prompt])
+        while len(self._cache) > self.size:
+            self._cache.popitem(last=False)
+        return torch.stack(rows)
 
 
 def _to_uint8(frames: torch.Tensor) -> np.ndarray:

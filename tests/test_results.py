@@ -1,0 +1,194 @@
+import csv
+import json
+import logging
+
+import pytest
+
+from wam_gym.results import (
+    EpisodeRecord,
+    ResultStore,
+    format_table,
+    log_tensorboard,
+    summarize,
+    task_slug,
+    write_summary,
+)
+
+REACH = "wam_gym/MetaWorld-reach-v3"
+SPATIAL3 = "wam_gym/LIBERO-Spatial-v0:3"
+
+
+def _rec(task=REACH, trial=0, success=True, steps=10, **kw) -> EpisodeRecord:
+    return EpisodeRecord(task=task, trial=trial, seed=100 + trial, success=success, steps=steps, reward=1.5, **kw)
+
+
+def _no_temp_files(root) -> bool:
+    return not [p for p in root.rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------- records and slugs
+
+
+def test_record_json_round_trip_and_unknown_keys():
+    r = _rec(init_state_id=7, wall_time_s=2.5, attempts=2, video="videos/a.mp4", extra={"k": [1, 2]})
+    assert EpisodeRecord.from_json(r.to_json()) == r
+    data = json.loads(r.to_json()) | {"from_a_newer_version": 1}
+    assert EpisodeRecord.from_json(json.dumps(data)) == r
+
+
+def test_task_slug_readable_and_injective():
+    assert task_slug(SPATIAL3) == "LIBERO-Spatial-v0_3"
+    assert task_slug(REACH) == "MetaWorld-reach-v3"
+    ids = [REACH, SPATIAL3, "wam_gym/LIBERO-Spatial-v0:30", "wam_gym/LIBERO-Spatial-v0_3", "LIBERO-Spatial-v0:3",
+           "other/LIBERO-Spatial-v0:3", "wam_gym/a b", "wam_gym/a_b", "wam_gym/..", "../../etc"]
+    slugs = [task_slug(t) for t in ids]
+    assert len(set(slugs)) == len(ids)
+    for s in slugs:
+        assert "/" not in s and s not in (".", "..") and not s.startswith(".")
+
+
+# ---------------------------------------------------------------- store
+
+
+def test_write_is_atomic_and_never_counts_twice(tmp_path):
+    store = ResultStore(tmp_path)
+    assert store.write(_rec(task=SPATIAL3, trial=3, success=True))
+    path = store.episode_path(SPATIAL3, 3)
+    assert path == tmp_path / "episodes" / "LIBERO-Spatial-v0_3" / "00003.json"
+    before = path.read_bytes()
+    assert not store.write(_rec(task=SPATIAL3, trial=3, success=False, steps=99))
+    assert path.read_bytes() == before
+    assert store.records() == [_rec(task=SPATIAL3, trial=3, success=True)]
+    assert _no_temp_files(tmp_path)
+
+
+def test_done_returns_real_task_names_and_ignores_temp_files(tmp_path):
+    store = ResultStore(tmp_path)
+    store.write(_rec(task=SPATIAL3, trial=1))
+    store.write(_rec(task=REACH, trial=0))
+    # A leftover of a write killed before os.replace must not count.
+    (store.episode_path(REACH, 1).parent / ".00001.json.abc.tmp").write_text(_rec(task=REACH, trial=1).to_json())
+    assert store.done() == {(SPATIAL3, 1), (REACH, 0)}
+    assert [r.key for r in store.records()] == [(SPATIAL3, 1), (REACH, 0)]  # sorted by task string
+
+
+def test_corrupt_file_moved_aside_and_rewritten(tmp_path, caplog):
+    store = ResultStore(tmp_path)
+    store.write(_rec(trial=0))
+    torn = store.episode_path(REACH, 1)
+    torn.write_text('{"task": "wam_gym/MetaWorld-re')
+    with caplog.at_level(logging.WARNING, logger="wam_gym.results"):
+        assert store.done() == {(REACH, 0)}
+    assert "corrupt" in caplog.text and str(torn) in caplog.text
+    assert not torn.exists()
+    assert torn.with_name("00001.json.corrupt").read_text() == '{"task": "wam_gym/MetaWorld-re'
+    assert store.missing([(REACH, 0), (REACH, 1)]) == [(REACH, 1)]
+    assert store.write(_rec(trial=1))
+    assert store.done() == {(REACH, 0), (REACH, 1)}
+
+
+def test_write_replaces_a_corrupt_record(tmp_path):
+    store = ResultStore(tmp_path)
+    path = store.episode_path(REACH, 2)
+    path.parent.mkdir(parents=True)
+    path.write_text("[1, 2]")  # valid JSON, not a record
+    assert store.write(_rec(trial=2))
+    assert EpisodeRecord.from_json(path.read_text()) == _rec(trial=2)
+    assert path.with_name("00002.json.corrupt").exists()
+
+
+def test_missing_is_exact_and_in_plan_order(tmp_path):
+    store = ResultStore(tmp_path)
+    assert store.done() == set() and store.records() == []
+    plan = [(SPATIAL3, t) for t in range(3)] + [(REACH, t) for t in range(3)]
+    assert store.missing(plan) == plan
+    for key in [(REACH, 1), (SPATIAL3, 0), (SPATIAL3, 2)]:
+        store.write(_rec(*key))
+    assert store.missing(plan) == [(SPATIAL3, 1), (REACH, 0), (REACH, 2)]
+    assert store.missing(reversed(plan)) == [(REACH, 2), (REACH, 0), (SPATIAL3, 1)]
+    assert store.missing(plan + [(REACH, 0)]) == [(SPATIAL3, 1), (REACH, 0), (REACH, 2)]
+
+
+# ---------------------------------------------------------------- summaries
+
+A, B = "wam_gym/A-v0", "wam_gym/B-v0"
+PLAN = [(A, 0), (A, 1), (A, 2), (A, 3), (B, 0), (B, 1)]
+
+
+def _records():
+    return [
+        _rec(A, 0, True, 10), _rec(A, 1, False, 50), _rec(A, 2, True, 20), _rec(A, 3, True, 30),
+        _rec(B, 0, False, 40), _rec(B, 1, True, 20),
+        _rec(B, 7, True, 1), _rec("wam_gym/C-v0", 0, True, 1),  # outside the plan: ignored
+    ]
+
+
+def test_summarize_numbers():
+    s = summarize(_records(), PLAN)
+    assert s["tasks"] == {
+        A: {"episodes": 4, "successes": 3, "success_rate": 0.75, "mean_steps": 27.5},
+        B: {"episodes": 2, "successes": 1, "success_rate": 0.5, "mean_steps": 30.0},
+    }
+    assert s["overall"] == {"episodes": 6, "successes": 4, "success_rate": pytest.approx(4 / 6), "tasks": 2,
+                            "mean_task_success_rate": 0.625}
+    assert s["complete"] is True and s["planned"] == 6
+
+
+def test_summarize_partial_run():
+    s = summarize([r for r in _records() if r.task == A and r.trial < 2], PLAN)
+    assert s["complete"] is False and s["planned"] == 6
+    assert s["tasks"][A] == {"episodes": 2, "successes": 1, "success_rate": 0.5, "mean_steps": 30.0}
+    assert s["tasks"][B] == {"episodes": 0, "successes": 0, "success_rate": None, "mean_steps": None}
+    assert s["overall"]["mean_task_success_rate"] == 0.5 and s["overall"]["tasks"] == 2
+
+
+def test_write_summary_json_and_csv(tmp_path):
+    s = summarize(_records(), PLAN)
+    extra = {"wall_time_s": 12.5, "config": {"suite": "x", "trials": 4}}
+    paths = write_summary(tmp_path, s, extra)
+    assert paths == {"json": tmp_path / "results.json", "csv": tmp_path / "results.csv"}
+    assert json.loads(paths["json"].read_text()) == {**s, **extra}
+    with paths["csv"].open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["task"] for r in rows] == [A, B, "overall"]
+    for row in rows[:2]:
+        t = s["tasks"][row["task"]]
+        assert int(row["episodes"]) == t["episodes"] and int(row["successes"]) == t["successes"]
+        assert float(row["success_rate"]) == t["success_rate"] and float(row["mean_steps"]) == t["mean_steps"]
+    assert (rows[2]["episodes"], rows[2]["successes"]) == ("6", "4")
+    assert float(rows[2]["success_rate"]) == s["overall"]["success_rate"]
+    assert _no_temp_files(tmp_path)
+    with pytest.raises(ValueError, match="overall"):
+        write_summary(tmp_path, s, {"overall": 1})
+
+
+def test_format_table():
+    lines = format_table(summarize(_records(), PLAN)).splitlines()
+    assert lines[0].split() == ["task", "episodes", "success", "rate", "%"]
+    assert lines[2].split() == [A, "4", "3", "75.0"]
+    assert lines[3].split() == [B, "2", "1", "50.0"]
+    assert lines[-1].split() == ["overall", "6", "4", "66.7"]
+    assert len({len(line) for line in lines}) == 1  # aligned
+
+
+# ---------------------------------------------------------------- tensorboard
+
+
+def test_log_tensorboard_scalars(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard not installed (pip install 'wam_gym[train]')")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log_tensorboard(tmp_path, summarize(_records(), PLAN), step=3)
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert tags == {f"eval/success_rate/{A}", f"eval/success_rate/{B}", "eval/success_rate/overall"}
+    (event,) = acc.Scalars(f"eval/success_rate/{A}")
+    assert event.step == 3 and event.value == pytest.approx(0.75)
+    assert acc.Scalars("eval/success_rate/overall")[0].value == pytest.approx(4 / 6)
+
+
+def test_log_tensorboard_missing_dependency(tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "torch.utils.tensorboard", None)
+    with pytest.raises(RuntimeError, match=r"pip install 'wam_gym\[train\]'"):
+        log_tensorboard(tmp_path, summarize(_records(), PLAN))

@@ -1,0 +1,383 @@
+"""The inference broker: rollout actors send observations, model workers answer in batches.
+
+    actors --("request", Request)--> inbound queue <--("result", BatchResult)-- model workers
+                                        |
+                               dispatcher thread: Batcher (size / wait, grouped by shape)
+                                        |
+                 per-actor reply queues <-- replies      batches --> an idle worker
+
+Everything meets on one inbound queue, so the dispatcher blocks on a single ``get``. Each
+worker holds at most one batch: while workers are busy, requests pile up into fuller
+batches. A worker that dies is restarted and its batch is sent again; an actor that dies
+has its pending requests dropped. Queues are pipes inside this process tree: nothing
+listens on a network socket (the Ray backend binds Ray to 127.0.0.1 unless given a cluster).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import multiprocess
+import numpy as np
+
+from wam_gym.batching import Batcher, Request
+from wam_gym.model_worker import BatchResult, PolicyFactory, serve_forever
+
+logger = logging.getLogger(__name__)
+BACKENDS = ("local", "ray")
+
+
+class BrokerError(RuntimeError):
+    """The broker could not serve: workers failed to start, or kept dying."""
+
+
+class RemoteInferenceError(RuntimeError):
+    """A model worker raised while serving this request (bad input, NaN output, ...)."""
+
+
+@dataclass
+class BrokerConfig:
+    """The MULTIRUN knobs of the broker (EasyWAM's names)."""
+
+    num_gpus: int = 0  # 0: CPU workers
+    gpu_ids: list[int] | None = None  # null: the first num_gpus devices; else the first num_gpus of this pool
+    workers_per_gpu: int = 1  # model copies per GPU (per machine on CPU), each its own process
+    inference_batch_size: int = 4
+    inference_batch_wait_ms: float = 10.0
+    backend: str = "local"  # local processes, or ray actors
+    ray_address: str | None = None  # null: a local Ray cluster on 127.0.0.1
+    torch_threads_per_worker: int | None = None  # null: torch's default
+    max_worker_restarts: int = 3
+    startup_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"MULTIRUN.backend={self.backend!r}: choose one of {BACKENDS}")
+        if self.num_gpus < 0 or self.workers_per_gpu < 1:
+            raise ValueError("MULTIRUN.num_gpus must be >= 0 and MULTIRUN.workers_per_gpu >= 1")
+
+
+def worker_devices(config: BrokerConfig, available_gpus: int | None = None) -> list[str]:
+    """One device string per model worker, GPUs chosen as MULTIRUN.gpu_ids says."""
+    if config.num_gpus == 0:
+        return ["cpu"] * config.workers_per_gpu
+    if available_gpus is None:
+        import torch
+
+        available_gpus = torch.cuda.device_count()
+    pool = list(range(available_gpus)) if config.gpu_ids is None else list(config.gpu_ids)
+    if available_gpus == 0:
+        raise BrokerError(
+            f"MULTIRUN.num_gpus={config.num_gpus} but no CUDA device is visible; set MULTIRUN.num_gpus=0 for CPU workers"
+        )
+    if len(pool) < config.num_gpus:
+        raise BrokerError(f"MULTIRUN.num_gpus={config.num_gpus} but the GPU pool {pool} has only {len(pool)}")
+    unknown = [g for g in pool[: config.num_gpus] if not 0 <= g < available_gpus]
+    if unknown:
+        raise BrokerError(f"MULTIRUN.gpu_ids {unknown} do not exist (this machine has {available_gpus} GPUs)")
+    return [f"cuda:{g}" for g in pool[: config.num_gpus] for _ in range(config.workers_per_gpu)]
+
+
+class LocalWorkerPool:
+    """Model workers as processes of this machine, answering on the broker's inbound queue."""
+
+    def __init__(self, factory: PolicyFactory, devices: list[str], threads: int | None, ctx, inbound):
+        self.factory, self.devices, self.threads, self.ctx, self.inbound = factory, devices, threads, ctx, inbound
+        self.processes: list[Any] = [None] * len(devices)
+        self.inboxes: list[Any] = [None] * len(devices)
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def start(self, i: int) -> None:
+        self.inboxes[i] = self.ctx.Queue()
+        self.processes[i] = self.ctx.Process(
+            target=serve_forever, name=f"wam-model-worker-{i}", daemon=True,
+            args=(self.factory, self.devices[i], i, self.threads, self.inboxes[i], self.inbound),
+        )
+        self.processes[i].start()
+
+    def submit(self, i: int, batch_id: int, requests: list[Request]) -> None:
+        self.inboxes[i].put((batch_id, requests))
+
+    def alive(self, i: int) -> bool:
+        return self.processes[i] is not None and self.processes[i].is_alive()
+
+    def pid(self, i: int) -> int | None:
+        return self.processes[i].pid if self.processes[i] is not None else None
+
+    def close(self) -> None:
+        for i, process in enumerate(self.processes):
+            if process is not None and process.is_alive():
+                self.inboxes[i].put(None)
+        for process in self.processes:
+            if process is not None:
+                process.join(timeout=10)
+                if process.is_alive():
+                    process.kill()
+
+
+@dataclass
+class BrokerStats:
+    batch_sizes: list[int] = field(default_factory=list)
+    queue_wait_s: list[float] = field(default_factory=list)
+    model_s: list[float] = field(default_factory=list)
+    worker_restarts: int = 0
+    resent_batches: int = 0
+
+    def summary(self) -> dict[str, float]:
+        def pct(values, q):
+            return float(np.percentile(values, q)) * 1000 if values else 0.0
+
+        return {
+            "batches": len(self.batch_sizes),
+            "requests": int(sum(self.batch_sizes)),
+            "mean_batch_size": float(np.mean(self.batch_sizes)) if self.batch_sizes else 0.0,
+            "queue_wait_ms_p50": pct(self.queue_wait_s, 50),
+            "queue_wait_ms_p95": pct(self.queue_wait_s, 95),
+            "model_ms_p50": pct(self.model_s, 50),
+            "model_ms_p95": pct(self.model_s, 95),
+            "worker_restarts": self.worker_restarts,
+            "resent_batches": self.resent_batches,
+        }
+
+
+class BrokerClient:
+    """An actor's handle on the broker; a ``Predictor`` for :class:`agents.wam.WAMAgent`.
+
+    Picklable (two queues and numbers), so it is built in the manager and sent to the actor.
+    Noise seeds derive from the episode seed and the call count, so an episode's actions do
+    not depend on which requests its calls were batched with.
+    """
+
+    def __init__(self, actor_id: int, inbound, replies, action_horizon: int):
+        self.actor_id, self.inbound, self.replies, self.action_horizon = actor_id, inbound, replies, action_horizon
+        self._ids = itertools.count()
+        self.episode_seed, self._calls = 0, 0
+
+    def begin_episode(self, seed: int) -> None:
+        self.episode_seed, self._calls = seed, 0
+
+    def predict(self, obs, noise_seeds=None):
+        from agents.base import unbatch
+        from agents.wam.policy import Prediction
+
+        n = np.asarray(obs["state"]).shape[0]
+        if noise_seeds is None:
+            base = (self.episode_seed * 1_000_003 + self._calls * 7919) % 2**62
+            noise_seeds = [base + row for row in range(n)]
+        self._calls += 1
+        ids = []
+        for row in range(n):
+            rid = next(self._ids)
+            ids.append(rid)
+            request = Request(self.actor_id, rid, unbatch(obs, row), noise_seeds[row], time.monotonic())
+            self.inbound.put(("request", request, None))
+        answers = self._collect(set(ids))
+        actions = np.stack([answers[r][0] for r in ids])
+        videos = [answers[r][1] for r in ids]
+        return Prediction(actions, None if videos[0] is None else np.stack(videos))
+
+    def _collect(self, pending: set[int]) -> dict[int, tuple]:
+        answers = {}
+        parent = os.getppid()
+        while pending:
+            try:
+                rid, actions, video, error = self.replies.get(timeout=30)
+            except queue.Empty:
+                if os.getppid() != parent:  # the manager (and its broker) is gone
+                    raise BrokerError("the evaluation manager exited; this actor stops") from None
+                continue
+            if rid not in pending:
+                continue  # a late answer to a call abandoned after an error
+            if error is not None:
+                raise RemoteInferenceError(error)
+            answers[rid] = (actions, video)
+            pending.discard(rid)
+        return answers
+
+
+class InferenceBroker:
+    """Serves actors' requests with a pool of model workers, batching dynamically."""
+
+    def __init__(self, factory: PolicyFactory, config: BrokerConfig, ctx=None):
+        self.config = config
+        self.ctx = ctx or multiprocess.get_context("spawn")
+        self.inbound = self.ctx.Queue()
+        self.batcher = Batcher(config.inference_batch_size, config.inference_batch_wait_ms)
+        self.stats = BrokerStats()
+        if config.backend == "ray":
+            from wam_gym.ray_backend import RayWorkerPool, ray_devices
+
+            self.devices = ray_devices(config)
+            self.pool = RayWorkerPool(factory, self.devices, config, self.inbound)
+        else:
+            self.devices = worker_devices(config)
+            self.pool = LocalWorkerPool(factory, self.devices, config.torch_threads_per_worker, self.ctx, self.inbound)
+        self.action_horizon: int | None = None
+        self._replies: dict[int, Any] = {}
+        self._idle: deque[int] = deque()
+        self._in_flight: dict[int, tuple[int, list[Request]]] = {}  # worker -> (batch id, requests)
+        self._restarts = [0] * len(self.pool)
+        self._batch_ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> InferenceBroker:
+        for i in range(len(self.pool)):
+            self.pool.start(i)
+        self._await_ready(set(range(len(self.pool))))
+        self._thread = threading.Thread(target=self._run, name="wam-broker", daemon=True)
+        self._thread.start()
+        logger.info("broker: %d %s model worker(s) on %s", len(self.pool), self.config.backend, self.devices)
+        return self
+
+    def _await_ready(self, waiting: set[int]) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while waiting:
+            try:
+                kind, worker, payload = self.inbound.get(timeout=1.0)
+            except queue.Empty:
+                dead = [i for i in waiting if not self.pool.alive(i)]
+                if dead or time.monotonic() > deadline:
+                    raise BrokerError(f"model worker(s) {dead or sorted(waiting)} did not start") from None
+                continue
+            if kind == "failed":
+                raise BrokerError(f"model worker {worker} failed to load its model:\n{payload}")
+            if kind == "ready":
+                self.action_horizon = payload
+                waiting.discard(worker)
+                self._idle.append(worker)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self.inbound.put(("stop", None, None))
+            self._thread.join(timeout=10)
+        self.pool.close()
+
+    def __enter__(self) -> InferenceBroker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- actors
+    def client(self, actor_id: int) -> BrokerClient:
+        """Register an actor; its client carries the queues it needs."""
+        replies = self.ctx.Queue()
+        with self._lock:
+            self._replies[actor_id] = replies
+        return BrokerClient(actor_id, self.inbound, replies, self.action_horizon)
+
+    def forget_actor(self, actor_id: int) -> None:
+        """An actor died: drop its queued requests (in-flight ones are answered into the void)."""
+        self.inbound.put(("actor_gone", actor_id, None))
+
+    def check(self) -> None:
+        """Raise in the caller's thread if the dispatcher gave up."""
+        if self._failure is not None:
+            raise BrokerError(f"the inference broker stopped: {self._failure}") from self._failure
+
+    # ----------------------------------------------------------------- dispatcher
+    def _run(self) -> None:
+        try:
+            while self._step():
+                pass
+        except BaseException as exc:  # surfaced to the manager by check()
+            logger.exception("broker dispatcher failed")
+            self._failure = exc
+
+    def _step(self) -> bool:
+        deadline = self.batcher.next_deadline()
+        timeout = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
+        try:
+            message = self.inbound.get(timeout=timeout)
+        except queue.Empty:
+            message = None
+        while message is not None:
+            if not self._handle(message):
+                return False
+            try:
+                message = self.inbound.get_nowait()
+            except queue.Empty:
+                message = None
+        self._heal()
+        self._dispatch()
+        return True
+
+    def _handle(self, message) -> bool:
+        kind, a, b = message
+        if kind == "request":
+            self.batcher.add(a)
+        elif kind == "result":
+            self._finish(b)
+        elif kind == "ready":
+            self._idle.append(a)
+        elif kind == "failed":
+            logger.error("restarted model worker %d failed to load:\n%s", a, b)
+        elif kind == "actor_gone":
+            self.batcher.drop_actor(a)
+            with self._lock:
+                self._replies.pop(a, None)
+        elif kind == "stop":
+            return False
+        return True
+
+    def _dispatch(self) -> None:
+        now = time.monotonic()
+        while self._idle and (batch := self.batcher.pop_ready(now)):
+            worker = self._idle.popleft()
+            batch_id = next(self._batch_ids)
+            self._in_flight[worker] = (batch_id, batch)
+            self.stats.batch_sizes.append(len(batch))
+            self.stats.queue_wait_s.extend(now - r.arrived for r in batch)
+            self.pool.submit(worker, batch_id, batch)
+
+    def _finish(self, result: BatchResult) -> None:
+        batch_id, requests = self._in_flight.get(result.worker_id, (None, []))
+        if batch_id != result.batch_id:
+            return  # an answer from before a restart, already resent
+        del self._in_flight[result.worker_id]
+        self._idle.append(result.worker_id)
+        self.stats.model_s.append(result.model_seconds)
+        if result.error is not None:
+            for r in requests:
+                self._reply(r.actor_id, (r.request_id, None, None, f"{result.error_type}: {result.error}"))
+            return
+        for actor_id, request_id, actions, video in result.replies:
+            self._reply(actor_id, (request_id, actions, video, None))
+
+    def _reply(self, actor_id: int, message) -> None:
+        with self._lock:
+            replies = self._replies.get(actor_id)
+        if replies is not None:
+            replies.put(message)
+
+    def _heal(self) -> None:
+        """Restart dead workers; their in-flight batch goes back to the front of the queue."""
+        for worker in range(len(self.pool)):
+            if self.pool.alive(worker):
+                continue
+            if self._restarts[worker] >= self.config.max_worker_restarts:
+                raise BrokerError(f"model worker {worker} died {self._restarts[worker] + 1} times; giving up")
+            self._restarts[worker] += 1
+            self.stats.worker_restarts += 1
+            if worker in self._idle:
+                self._idle.remove(worker)
+            lost = self._in_flight.pop(worker, None)
+            if lost is not None:
+                self.stats.resent_batches += 1
+                for request in reversed(lost[1]):
+                    self.batcher.add(request, front=True)
+            logger.warning("model worker %d died; restarting it (restart %d)", worker, self._restarts[worker])
+            self.pool.start(worker)

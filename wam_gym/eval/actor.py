@@ -1,0 +1,138 @@
+"""A rollout actor: one process, one env at a time, episodes handed to it by the manager.
+
+Envs are built lazily inside the actor (never in the manager: no GL context there, and no
+memory for suites nobody asked for) and kept per task. A WAM agent's model calls go to
+the broker through a :class:`~wam_gym.broker.BrokerClient`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wam_gym.eval.tasks import Job
+from wam_gym.results import EpisodeRecord, task_slug
+from wam_gym.video import EpisodeVideo, future_panel, tile
+
+
+@dataclass
+class ActorSpec:
+    """Everything an actor needs, sent to it once (picklable)."""
+
+    agent: str  # wam | expert | random
+    output_dir: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_episode_steps: int | None = None
+    action_horizon: int | None = None
+    replan_steps: int | None = None
+    save_video: bool = False
+    visualize_future_video: bool = False
+    video_camera: str | None = None
+    video_fps: int = 20
+
+
+class _Actor:
+    def __init__(self, actor_id: int, spec: ActorSpec, client):
+        self.actor_id, self.spec, self.client = actor_id, spec, client
+        self.envs: dict[str, Any] = {}
+        self.agent = self._make_agent()
+
+    def _make_agent(self):
+        if self.spec.agent == "wam":
+            from agents.wam.agent import WAMAgent
+
+            return WAMAgent(self.client, self.spec.action_horizon, self.spec.replan_steps)
+        if self.spec.agent == "expert":
+            from agents import MetaWorldExpertAgent
+
+            return MetaWorldExpertAgent()
+        return None  # random: made per episode, seeded by it
+
+    def env(self, job: Job):
+        if job.task.name not in self.envs:
+            import gymnasium
+
+            import envs.registry
+
+            envs.registry.register_envs()
+            self.envs[job.task.name] = gymnasium.make(job.task.env_id, **job.task.kwargs, **self.spec.env_kwargs)
+        return self.envs[job.task.name]
+
+    def run(self, job: Job) -> EpisodeRecord:
+        env = self.env(job)
+        agent = self._episode_agent(env, job)
+        start = time.perf_counter()
+        obs, info = env.reset(seed=job.seed, options=job.reset_options)
+        video = EpisodeVideo() if self.spec.save_video else None
+        limit = self.spec.max_episode_steps or env.spec.max_episode_steps or 10**9
+        steps, reward, success = 0, 0.0, False
+        since_plan = 0
+        while steps < limit:
+            calls = getattr(agent, "num_model_calls", 0)
+            action = agent.act(obs)
+            since_plan = 0 if getattr(agent, "num_model_calls", 0) != calls else since_plan + 1
+            if video is not None:
+                video.add(self._frame(obs, agent, since_plan))
+            obs, r, terminated, truncated, info = env.step(action)
+            steps, reward = steps + 1, reward + float(r)
+            success = success or bool(info.get("is_success", False))
+            if terminated or truncated:
+                break
+        record = EpisodeRecord(
+            task=job.task.name, trial=job.trial, seed=job.seed, success=success, steps=steps, reward=reward,
+            init_state_id=info.get("init_state_id"), wall_time_s=time.perf_counter() - start, attempts=job.attempts,
+        )
+        if video is not None:
+            relative = Path("videos") / task_slug(job.task.name) / f"{job.trial:05d}.mp4"
+            video.save(Path(self.spec.output_dir) / relative, fps=self.spec.video_fps)
+            record.video = relative.as_posix()
+        return record
+
+    def _episode_agent(self, env, job: Job):
+        if self.agent is None:
+            from agents import RandomAgent
+
+            return RandomAgent(env.action_space, seed=job.seed)
+        self.agent.reset()
+        if self.spec.agent == "wam":
+            self.agent.action_space = env.action_space
+            self.client.begin_episode(job.seed)
+        return self.agent
+
+    def _frame(self, obs, agent, since_plan: int) -> np.ndarray:
+        pixels = obs["pixels"]
+        cams = [self.spec.video_camera] if self.spec.video_camera else list(pixels)
+        frame = tile([pixels[c] for c in cams])
+        if not self.spec.visualize_future_video:
+            return frame
+        prediction = getattr(agent, "last_prediction", {}).get(0)
+        future = None if prediction is None else prediction.video
+        if future is not None:
+            # Frame 0 reconstructs the present; frames 1.. span the action chunk.
+            offset = 1 + since_plan * (len(future) - 1) // max(1, agent.action_horizon)
+            return future_panel(frame, future, offset)
+        return future_panel(frame, None, 0)
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+
+
+def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
+    """Process entry point: run jobs until ``None``; report each record or error."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    actor = _Actor(actor_id, spec, client)
+    try:
+        while (job := jobs.get()) is not None:
+            try:
+                results.put(("done", actor_id, actor.run(job)))
+            except Exception as exc:
+                results.put(("error", actor_id, (job, type(exc).__name__, str(exc), traceback.format_exc())))
+    finally:
+        actor.close()

@@ -1,0 +1,99 @@
+"""What an evaluation runs: task sets, tasks, and the episode plan.
+
+A task is an env id, optionally with a LIBERO task index: ``wam_gym/MetaWorld-reach-v3``,
+``wam_gym/LIBERO-Spatial-v0:3``. ``MULTIRUN.task_sets`` lists named sets (below) or tasks.
+Trial ``k`` of every task uses seed ``EVALUATION.seed + k``; LIBERO pins its init state to
+the trial (``init_state_id = k``), and each record says which one it used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from envs import libero, maniskill, metaworld, robosuite
+from envs.registry import suite_of
+
+_MT10 = ("reach", "push", "pick-place", "door-open", "drawer-open", "drawer-close", "button-press-topdown",
+         "peg-insert-side", "window-open", "window-close")
+
+
+def _libero(name: str) -> list[str]:
+    count = libero.SUITES[name][1]
+    return [f"wam_gym/LIBERO-{name}-v0:{i}" for i in range(count)]
+
+
+TASK_SETS: dict[str, list[str]] = {
+    # The embedded default: Meta-World tasks the scripted expert solves, in distinct scenes.
+    "metaworld_demo": [f"wam_gym/MetaWorld-{t}-v3" for t in ("reach", "button-press", "drawer-close", "push")],
+    "metaworld_mt10": [f"wam_gym/MetaWorld-{t}-v3" for t in _MT10],
+    "metaworld_mt50": [f"wam_gym/MetaWorld-{t}-v3" for t in metaworld.TASKS],
+    **{f"libero_{n.lower()}": _libero(n) for n in libero.SUITES},
+    "robosuite": [f"wam_gym/Robosuite-{t}-v0" for t in robosuite.TASKS],
+    "maniskill": [f"wam_gym/ManiSkill-{t}-v1" for t in maniskill.TASKS],
+}
+BENCHMARK_TASK_SETS = {
+    "metaworld": ["metaworld_mt10"],
+    "libero": ["libero_spatial", "libero_object", "libero_goal", "libero_10"],
+    "robosuite": ["robosuite"],
+    "maniskill": ["maniskill"],
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str  # as written in task_sets and results
+    env_id: str
+    kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def pins_init_state(self) -> bool:
+        return self.env_id.startswith("wam_gym/LIBERO-")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One episode to run (``attempts`` counts tries after worker deaths)."""
+
+    task: Task
+    trial: int
+    seed: int
+    attempts: int = 1
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.task.name, self.trial
+
+    @property
+    def reset_options(self) -> dict[str, Any] | None:
+        return {"init_state_id": self.trial} if self.task.pins_init_state else None
+
+
+def parse_task(name: str) -> Task:
+    env_id, _, index = name.partition(":")
+    suite_of(env_id)  # unknown ids fail here, with suggestions
+    if not index:
+        return Task(name, env_id)
+    if not index.isdigit():
+        raise ValueError(f"task {name!r}: the part after ':' is a task index (e.g. wam_gym/LIBERO-Spatial-v0:3)")
+    return Task(name, env_id, {"task_id": int(index)})
+
+
+def resolve_tasks(task_sets: Sequence[str]) -> list[Task]:
+    """Expand set names and task names, in order, without repeats."""
+    names: list[str] = []
+    for entry in task_sets:
+        if entry in TASK_SETS:
+            names += TASK_SETS[entry]
+        elif "/" in entry:
+            names.append(entry)
+        else:
+            raise ValueError(f"unknown task set {entry!r}; known sets: {sorted(TASK_SETS)} (or give env ids)")
+    return [parse_task(n) for n in dict.fromkeys(names)]
+
+
+def plan(tasks: Sequence[Task], num_trials: int, base_seed: int) -> list[Job]:
+    if num_trials < 1:
+        raise ValueError(f"EVALUATION.num_trials must be >= 1, got {num_trials}")
+    return [Job(task, trial, base_seed + trial) for task in tasks for trial in range(num_trials)]

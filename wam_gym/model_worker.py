@@ -1,0 +1,91 @@
+"""A model worker: one model copy on one device, serving batches of requests.
+
+The same ``ModelServer`` runs inside a local process (``serve_forever``, fed by queues) and
+inside a Ray actor (see wam_gym/ray_backend.py).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wam_gym.batching import Request
+
+# Builds the policy inside the worker, given its device ("cpu", "cuda:1"): a checkpoint
+# load, or any callable multiprocess/Ray can pickle (dill: closures and lambdas work).
+PolicyFactory = Callable[[str], Any]
+
+
+@dataclass
+class BatchResult:
+    """What a worker sends back for one batch."""
+
+    batch_id: int
+    worker_id: int
+    replies: list[tuple[int, int, np.ndarray, np.ndarray | None]]  # (actor, request, actions, video)
+    model_seconds: float
+    error: str | None = None  # a formatted exception: the batch's requests fail with it
+    error_type: str | None = None
+
+
+def stack_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Single-env observations -> one batch in the VectorEnv layout."""
+    first = rows[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if isinstance(value, dict):
+            out[key] = stack_rows([r[key] for r in rows])
+        elif isinstance(value, str):
+            out[key] = tuple(r[key] for r in rows)
+        else:
+            out[key] = np.stack([np.asarray(r[key]) for r in rows])
+    return out
+
+
+class ModelServer:
+    def __init__(self, factory: PolicyFactory, device: str, worker_id: int, threads: int | None = None):
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        self.worker_id = worker_id
+        self.device = device
+        self.policy = factory(device)
+
+    @property
+    def action_horizon(self) -> int:
+        return self.policy.action_horizon
+
+    def run(self, batch_id: int, requests: Sequence[Request]) -> BatchResult:
+        start = time.perf_counter()
+        try:
+            obs = stack_rows([r.obs for r in requests])
+            seeds = [r.noise_seed for r in requests]
+            prediction = self.policy.predict(obs, noise_seeds=None if None in seeds else seeds)
+        except Exception as exc:  # reported to the requesters, who raise it; the worker lives on
+            return BatchResult(batch_id, self.worker_id, [], time.perf_counter() - start,
+                               error="".join(traceback.format_exception_only(exc)).strip(),
+                               error_type=type(exc).__name__)
+        replies = [
+            (r.actor_id, r.request_id, prediction.actions[i], None if prediction.video is None else prediction.video[i])
+            for i, r in enumerate(requests)
+        ]
+        return BatchResult(batch_id, self.worker_id, replies, time.perf_counter() - start)
+
+
+def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: int | None, inbox, outbox) -> None:
+    """Process entry point: build the model, announce it, serve batches until ``None``."""
+    try:
+        server = ModelServer(factory, device, worker_id, threads)
+    except Exception:
+        outbox.put(("failed", worker_id, traceback.format_exc()))
+        return
+    outbox.put(("ready", worker_id, server.action_horizon))
+    while (message := inbox.get()) is not None:
+        batch_id, requests = message
+        outbox.put(("result", worker_id, server.run(batch_id, requests)))

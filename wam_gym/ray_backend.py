@@ -1,0 +1,116 @@
+"""Model workers as Ray actors (``MULTIRUN.backend=ray``), for more GPUs than one machine has.
+
+The broker's dispatcher is unchanged: this pool answers on the same inbound queue as the
+local one, through a watcher thread that waits on the actors' result refs. Without
+``MULTIRUN.ray_address`` a local Ray cluster is started on 127.0.0.1 with no dashboard;
+with one, the pool joins that cluster (``ray start --head`` on your machines).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from wam_gym.model_worker import ModelServer, PolicyFactory
+
+logger = logging.getLogger(__name__)
+
+
+class RayModelWorker:
+    """The Ray actor: a ModelServer. Ray assigns its GPU (CUDA_VISIBLE_DEVICES), so any
+    ``cuda:k`` becomes the actor's own ``cuda``."""
+
+    def __init__(self, factory: PolicyFactory, device: str, worker_id: int, threads: int | None):
+        device = "cuda" if device.startswith("cuda") else device
+        self.server = ModelServer(factory, device, worker_id, threads)
+
+    def ready(self) -> int:
+        return self.server.action_horizon
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, batch_id: int, requests):
+        return self.server.run(batch_id, requests)
+
+
+def ray_devices(config) -> list[str]:
+    """Ray places workers on the cluster's GPUs itself: one entry per worker."""
+    per_machine = ["cuda"] * config.num_gpus if config.num_gpus else ["cpu"]
+    return [d for d in per_machine for _ in range(config.workers_per_gpu)]
+
+
+class RayWorkerPool:
+    def __init__(self, factory: PolicyFactory, devices: list[str], config, inbound):
+        import ray
+
+        self.ray, self.factory, self.devices, self.config, self.inbound = ray, factory, devices, config, inbound
+        self._owns_cluster = not ray.is_initialized()
+        if self._owns_cluster:
+            if config.ray_address:
+                ray.init(address=config.ray_address, log_to_driver=False)
+            else:
+                ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+        self._actor_cls = ray.remote(RayModelWorker)
+        self.handles: list[Any] = [None] * len(devices)
+        self._dead = [False] * len(devices)
+        self._pending: dict[Any, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="wam-ray-watcher", daemon=True)
+        self._watcher.start()
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def start(self, i: int) -> None:
+        gpus = 1 / self.config.workers_per_gpu if self.devices[i].startswith("cuda") else 0
+        handle = self._actor_cls.options(num_gpus=gpus, num_cpus=0).remote(
+            self.factory, self.devices[i], i, self.config.torch_threads_per_worker
+        )
+        with self._lock:
+            self.handles[i], self._dead[i] = handle, False
+            self._pending[handle.ready.remote()] = (i, "ready")
+
+    def submit(self, i: int, batch_id: int, requests) -> None:
+        with self._lock:
+            self._pending[self.handles[i].run.remote(batch_id, requests)] = (i, "result")
+
+    def alive(self, i: int) -> bool:
+        return self.handles[i] is not None and not self._dead[i]
+
+    def pid(self, i: int) -> int | None:
+        return self.ray.get(self.handles[i].pid.remote())
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                refs = list(self._pending)
+            if not refs:
+                self._stop.wait(0.02)
+                continue
+            done, _ = self.ray.wait(refs, num_returns=1, timeout=0.1)
+            for ref in done:
+                with self._lock:
+                    worker, kind = self._pending.pop(ref)
+                try:
+                    value = self.ray.get(ref)
+                except self.ray.exceptions.RayActorError:
+                    self._dead[worker] = True  # the broker restarts it and resends its batch
+                    continue
+                except Exception as exc:  # the factory raised while loading the model
+                    self.inbound.put(("failed", worker, repr(exc)))
+                    self._dead[worker] = kind == "ready"
+                    continue
+                self.inbound.put(("ready", worker, value) if kind == "ready" else ("result", worker, value))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._watcher.join(timeout=5)
+        for handle in self.handles:
+            if handle is not None:
+                self.ray.kill(handle)
+        if self._owns_cluster:
+            self.ray.shutdown()

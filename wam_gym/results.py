@@ -1,0 +1,284 @@
+"""Per-episode evaluation results that survive a killed run and make resuming exact.
+
+Every finished episode is one small JSON file, ``<output_dir>/episodes/<slug>/<trial:05d>.json``,
+written atomically (temp file in the same directory, fsync, :func:`os.replace`), so a file
+on disk is either a complete record or absent. A resumed run asks :meth:`ResultStore.missing`
+for the planned ``(task, trial)`` pairs without a record and runs exactly those.
+
+Aggregates (:func:`summarize`, :func:`write_summary`, :func:`format_table`,
+:func:`log_tensorboard`) are derived from the records and can be recomputed at any time.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EPISODES_DIR = "episodes"
+CSV_COLUMNS = ("task", "episodes", "successes", "success_rate", "mean_steps")
+
+# A "clean" id: our own namespace, a name of safe characters with no "_", an optional ":index".
+_CLEAN_ID = re.compile(r"wam_gym/([A-Za-z0-9][A-Za-z0-9.-]*)(?::([0-9]+))?")
+_UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
+
+
+@dataclass
+class EpisodeRecord:
+    """Outcome of one evaluation episode; ``video`` is a path relative to the output dir."""
+
+    task: str
+    trial: int
+    seed: int
+    success: bool
+    steps: int
+    reward: float
+    init_state_id: int | None = None
+    wall_time_s: float = 0.0
+    attempts: int = 1
+    video: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.task, self.trial)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> EpisodeRecord:
+        """Parse a record; unknown keys are ignored (written by a newer version)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"episode record must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        record = cls(**{k: v for k, v in data.items() if k in known})
+        if not isinstance(record.task, str) or not isinstance(record.trial, int):
+            raise ValueError(f"bad task/trial in episode record: {record.task!r}, {record.trial!r}")
+        return record
+
+
+def task_slug(task: str) -> str:
+    """Filesystem-safe, readable directory name for a task id.
+
+    ``"wam_gym/LIBERO-Spatial-v0:3"`` -> ``"LIBERO-Spatial-v0_3"``, ``"wam_gym/MetaWorld-reach-v3"``
+    -> ``"MetaWorld-reach-v3"``. That readable form is used only when it can be inverted (the
+    ``wam_gym/`` namespace and a name without ``_``); any other id is sanitized, truncated and
+    suffixed with ``"__"`` plus 10 hex digits of its SHA-1. Clean slugs never contain ``"__"``,
+    so the mapping is injective (up to SHA-1 collisions). On case-insensitive filesystems ids
+    differing only in case would share a directory; registered ids do not.
+    """
+    m = _CLEAN_ID.fullmatch(task)
+    if m:
+        name, index = m.groups()
+        return name if index is None else f"{name}_{index}"
+    digest = hashlib.sha1(task.encode()).hexdigest()[:10]
+    readable = _UNSAFE.sub("_", task).strip("._")[:80]
+    return f"{readable}__{digest}"
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` so readers see the old file or the new one, never a partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same directory: os.replace is only atomic within one filesystem. Dot-prefixed ".tmp"
+    # names are skipped by every scan, so a crash here leaves nothing that looks like a record.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist the rename itself (matters on power loss, not on a killed process)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class ResultStore:
+    """One JSON file per finished episode under ``output_dir/episodes``."""
+
+    def __init__(self, output_dir: str | os.PathLike) -> None:
+        self.output_dir = Path(output_dir)
+        self.episodes_dir = self.output_dir / EPISODES_DIR
+
+    def episode_path(self, task: str, trial: int) -> Path:
+        return self.episodes_dir / task_slug(task) / f"{trial:05d}.json"
+
+    def write(self, record: EpisodeRecord) -> bool:
+        """Store ``record``; False (file untouched) if that episode already has a valid record."""
+        path = self.episode_path(record.task, record.trial)
+        if path.exists() and self._load(path) is not None:
+            return False
+        atomic_write_text(path, record.to_json() + "\n")
+        return True
+
+    def records(self) -> list[EpisodeRecord]:
+        """All valid records, sorted by (task, trial); corrupt files are moved aside."""
+        loaded = (self._load(p) for p in self._files())
+        return sorted((r for r in loaded if r is not None), key=lambda r: r.key)
+
+    def done(self) -> set[tuple[str, int]]:
+        """``(task, trial)`` of every valid record (real task names, read from the files)."""
+        return {r.key for r in self.records()}
+
+    def missing(self, plan: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Planned episodes without a record, in plan order (duplicates in ``plan`` once)."""
+        done = self.done()
+        out: list[tuple[str, int]] = []
+        for key in plan:
+            key = (key[0], int(key[1]))
+            if key not in done:
+                done.add(key)  # so a duplicated plan entry is returned only once
+                out.append(key)
+        return out
+
+    def _files(self) -> list[Path]:
+        if not self.episodes_dir.is_dir():
+            return []
+        # Temp files start with "." and end in ".tmp"; ".corrupt" files do not end in ".json".
+        return [p for p in self.episodes_dir.glob("*/*.json") if not p.name.startswith(".")]
+
+    @staticmethod
+    def _load(path: Path) -> EpisodeRecord | None:
+        """The record in ``path``, or None after moving an unparsable file to ``*.corrupt``."""
+        try:
+            return EpisodeRecord.from_json(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:  # removed between listing and reading
+            return None
+        except (ValueError, TypeError, UnicodeDecodeError) as e:
+            aside = path.with_name(path.name + ".corrupt")
+            log.warning("corrupt episode record %s (%s); moved to %s, episode counts as missing", path, e, aside)
+            os.replace(path, aside)
+            return None
+
+
+def summarize(records: Iterable[EpisodeRecord], plan: Iterable[tuple[str, int]]) -> dict[str, Any]:
+    """Success statistics of the records that belong to ``plan``.
+
+    Per task (every planned task, in plan order): episodes, successes, success_rate and
+    mean_steps (both None for a task without records yet). Overall: episodes and successes
+    summed, success_rate over episodes, tasks (planned tasks), mean_task_success_rate (mean of
+    the per-task rates of tasks with records, so each task weighs the same). Records outside
+    ``plan`` (e.g. from an earlier run with more trials) are ignored.
+    """
+    plan_keys = {(t, int(i)): None for t, i in plan}  # ordered, deduplicated
+    by_key = {r.key: r for r in records if r.key in plan_keys}
+    grouped: dict[str, list[EpisodeRecord]] = {t: [] for t, _ in plan_keys}
+    for r in by_key.values():
+        grouped[r.task].append(r)
+    tasks = {t: _task_stats(rs) for t, rs in grouped.items()}
+    rates = [s["success_rate"] for s in tasks.values() if s["success_rate"] is not None]
+    episodes = sum(s["episodes"] for s in tasks.values())
+    successes = sum(s["successes"] for s in tasks.values())
+    overall = {
+        "episodes": episodes,
+        "successes": successes,
+        "success_rate": successes / episodes if episodes else None,
+        "tasks": len(tasks),
+        "mean_task_success_rate": sum(rates) / len(rates) if rates else None,
+    }
+    complete = len(by_key) == len(plan_keys)
+    return {"tasks": tasks, "overall": overall, "complete": complete, "planned": len(plan_keys)}
+
+
+def _task_stats(records: list[EpisodeRecord]) -> dict[str, Any]:
+    n = len(records)
+    successes = sum(bool(r.success) for r in records)
+    return {
+        "episodes": n,
+        "successes": successes,
+        "success_rate": successes / n if n else None,
+        "mean_steps": sum(r.steps for r in records) / n if n else None,
+    }
+
+
+def write_summary(output_dir: str | os.PathLike, summary: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write ``results.json`` (summary plus ``extra``) and ``results.csv``; returns their paths."""
+    extra = extra or {}
+    clash = sorted(set(extra) & set(summary))
+    if clash:
+        raise ValueError(f"extra keys would overwrite summary keys: {clash}")
+    out = Path(output_dir)
+    # default=str: a non-JSON value in extra (a config node, a Path) must not lose the summary.
+    text = json.dumps({**summary, **extra}, indent=2, default=str) + "\n"
+    return {
+        "json": atomic_write_text(out / "results.json", text),
+        "csv": atomic_write_text(out / "results.csv", _csv_text(summary)),
+    }
+
+
+def _csv_text(summary: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for task, s in summary["tasks"].items():
+        writer.writerow([task, s["episodes"], s["successes"], _cell(s["success_rate"]), _cell(s["mean_steps"])])
+    o = summary["overall"]
+    writer.writerow(["overall", o["episodes"], o["successes"], _cell(o["success_rate"]), ""])
+    return buf.getvalue()
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else repr(float(value))  # repr: exact round trip through float()
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """Aligned text table: task | episodes | success | rate %, with the overall row last."""
+    rows = [(t, s["episodes"], s["successes"], s["success_rate"]) for t, s in summary["tasks"].items()]
+    o = summary["overall"]
+    rows.append(("overall", o["episodes"], o["successes"], o["success_rate"]))
+    cells = [(name, str(n), str(k), "-" if r is None else f"{100 * r:.1f}") for name, n, k, r in rows]
+    header = ("task", "episodes", "success", "rate %")
+    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(4)]
+
+    def line(c: tuple[str, ...]) -> str:
+        return "  ".join([c[0].ljust(widths[0])] + [x.rjust(w) for x, w in zip(c[1:], widths[1:])])
+
+    rule = "-" * len(line(header))
+    return "\n".join([line(header), rule, *map(line, cells[:-1]), rule, line(cells[-1])])
+
+
+def log_tensorboard(log_dir: str | os.PathLike, summary: dict[str, Any], step: int = 0) -> None:
+    """Log ``eval/success_rate/<task>`` and ``eval/success_rate/overall`` scalars at ``step``."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise RuntimeError("TensorBoard logging needs tensorboard: pip install 'wam_gym[train]'") from e
+    writer = SummaryWriter(log_dir=str(log_dir))
+    try:
+        for task, s in summary["tasks"].items():
+            if s["success_rate"] is not None:
+                writer.add_scalar(f"eval/success_rate/{task}", s["success_rate"], step)
+        if summary["overall"]["success_rate"] is not None:
+            writer.add_scalar("eval/success_rate/overall", summary["overall"]["success_rate"], step)
+    finally:
+        writer.close()

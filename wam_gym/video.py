@@ -1,0 +1,206 @@
+"""mp4 I/O for rollout videos and predicted future frames (uint8 ``(H, W, 3)`` RGB frames).
+
+* :func:`write_mp4` is atomic (temp file in the same directory, then :func:`os.replace`) and
+  keeps the exact frame size (``macro_block_size=1``). Even sizes use H.264 ``yuv420p``, which
+  every player reads; an odd width or height, which ``yuv420p`` cannot hold, uses ``yuv444p``.
+* :func:`tile` and :func:`future_panel` build "rollout beside the predicted future" frames
+  with nearest-neighbour resizing in numpy (no extra dependencies, no blurring of pixels).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import imageio.v2 as imageio
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def _check_frame(frame: np.ndarray, index: int, shape: tuple[int, ...] | None) -> np.ndarray:
+    """``frame`` as a contiguous uint8 (H, W, 3) array of the expected ``shape``."""
+    frame = np.asarray(frame)
+    if frame.dtype != np.uint8:
+        raise ValueError(f"frame {index}: dtype must be uint8, got {frame.dtype}")
+    if frame.ndim != 3 or frame.shape[-1] != 3 or 0 in frame.shape:
+        raise ValueError(f"frame {index}: shape must be (H, W, 3), got {frame.shape}")
+    if shape is not None and frame.shape != shape:
+        raise ValueError(f"frame {index}: shape {frame.shape} differs from the first frame's {shape}")
+    return np.ascontiguousarray(frame)
+
+
+def _frames_iter(frames: np.ndarray | Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+    if isinstance(frames, np.ndarray):
+        if frames.ndim != 4:
+            raise ValueError(f"frames must be (T, H, W, 3), got shape {frames.shape}")
+        if frames.dtype != np.uint8:  # checked up front so the message names the whole array
+            raise ValueError(f"frames dtype must be uint8, got {frames.dtype}")
+    return iter(frames)
+
+
+def write_mp4(path: str | os.PathLike, frames: np.ndarray | Iterable[np.ndarray], fps: float = 20) -> Path:
+    """Encode uint8 RGB frames (``(T, H, W, 3)`` or an iterable of ``(H, W, 3)``) to ``path``.
+
+    Frames are streamed to the encoder, so an iterable need not fit in memory. Raises
+    ValueError for no frames, a non-uint8 dtype or a bad/inconsistent shape; ``path`` is then
+    left as it was and no temp file remains.
+    """
+    path = Path(path)
+    it = _frames_iter(frames)
+    first = next(it, None)
+    if first is None:
+        raise ValueError(f"no frames to write to {path}")
+    first = _check_frame(first, 0, None)
+    h, w = first.shape[:2]
+    pixelformat = "yuv420p" if h % 2 == 0 and w % 2 == 0 else "yuv444p"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The ".mp4" suffix lets ffmpeg pick the container; the leading "." hides it from globbing.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp.mp4")
+    os.close(fd)
+    try:
+        _encode(tmp, first, it, fps, pixelformat)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _encode(tmp: str, first: np.ndarray, rest: Iterator[np.ndarray], fps: float, pixelformat: str) -> None:
+    writer = imageio.get_writer(tmp, format="FFMPEG", fps=fps, macro_block_size=1, pixelformat=pixelformat)
+    # Not `with`: imageio's writer skips close() when the block raises, which leaves ffmpeg
+    # running to (re)create the temp file after we have deleted it.
+    try:
+        writer.append_data(first)
+        for i, frame in enumerate(rest, start=1):
+            writer.append_data(_check_frame(frame, i, first.shape))
+    finally:
+        writer.close()
+
+
+def read_mp4(path: str | os.PathLike) -> np.ndarray:
+    """All frames of a video as uint8 ``(T, H, W, 3)``.
+
+    Raises FileNotFoundError for a missing file, ValueError ("unreadable video") for a file
+    ffmpeg cannot decode and ValueError for a video without frames.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such video: {path}")
+    try:
+        reader = imageio.get_reader(path, format="FFMPEG")
+        try:
+            # iter_data, not list(reader): the reader's length can be inf and list() then fails.
+            frames = [np.asarray(f, dtype=np.uint8) for f in reader.iter_data()]
+        finally:
+            reader.close()
+    except MemoryError:
+        raise
+    except Exception as e:  # imageio raises OSError, RuntimeError or ValueError depending on the file
+        raise ValueError(f"unreadable video: {path} ({type(e).__name__})") from e
+    if not frames:
+        raise ValueError(f"video has no frames: {path}")
+    return np.stack(frames)
+
+
+def _resize_nearest(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    if image.shape[:2] == (height, width):
+        return image
+    rows = np.arange(height) * image.shape[0] // height
+    cols = np.arange(width) * image.shape[1] // width
+    return image[rows[:, None], cols[None, :]]
+
+
+def _resize_to_height(image: np.ndarray, height: int) -> np.ndarray:
+    width = max(1, round(image.shape[1] * height / image.shape[0]))
+    return _resize_nearest(image, height, width)
+
+
+def tile(images: Sequence[np.ndarray]) -> np.ndarray:
+    """Images side by side along the width.
+
+    Every image is resized (nearest neighbour, aspect ratio kept) to the height of the first;
+    all must be ``(H, W, C)`` with the same C and dtype.
+    """
+    if not images:
+        raise ValueError("tile needs at least one image")
+    arrays = [np.asarray(im) for im in images]
+    first = arrays[0]
+    for i, im in enumerate(arrays):
+        if im.ndim != 3 or 0 in im.shape or im.shape[2] != first.shape[2] or im.dtype != first.dtype:
+            raise ValueError(f"image {i}: {im.shape} {im.dtype} does not match image 0: {first.shape} {first.dtype}")
+    return np.concatenate([_resize_to_height(im, first.shape[0]) for im in arrays], axis=1)
+
+
+def _letterbox(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``image`` scaled to fit ``(height, width)`` with its aspect ratio kept, centred on black."""
+    scale = min(height / image.shape[0], width / image.shape[1])
+    h = min(height, max(1, round(image.shape[0] * scale)))
+    w = min(width, max(1, round(image.shape[1] * scale)))
+    out = np.zeros((height, width, image.shape[2]), dtype=image.dtype)
+    top, left = (height - h) // 2, (width - w) // 2
+    out[top : top + h, left : left + w] = _resize_nearest(image, h, w)
+    return out
+
+
+def future_panel(observed: np.ndarray, predicted: np.ndarray | None, offset: int) -> np.ndarray:
+    """One ``(H, 2W, 3)`` frame: ``observed`` on the left, the predicted frame on the right.
+
+    The right half is ``predicted[min(offset, T - 1)]`` (so a chunk shorter than the rollout
+    holds its last frame) scaled to the observed height; a different aspect ratio is
+    letterboxed, never stretched. With ``predicted=None`` it is black, so a video that mixes
+    steps with and without a prediction keeps one frame size.
+    """
+    observed = _check_frame(observed, 0, None)
+    h, w = observed.shape[:2]
+    if predicted is None:
+        return np.concatenate([observed, np.zeros_like(observed)], axis=1)
+    predicted = np.asarray(predicted)
+    if predicted.ndim != 4 or predicted.shape[0] == 0:
+        raise ValueError(f"predicted must be (T, H, W, 3) with T >= 1, got shape {predicted.shape}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    index = min(offset, predicted.shape[0] - 1)
+    frame = _check_frame(predicted[index], index, None)
+    return np.concatenate([observed, _letterbox(frame, h, w)], axis=1)
+
+
+class EpisodeVideo:
+    """Frames of one episode, collected with :meth:`add` and encoded with :meth:`save`.
+
+    With ``max_frames`` set, recording stops at that many frames: later frames are not kept,
+    a warning is logged once and ``truncated`` becomes True (a long episode must not run the
+    evaluation out of memory, nor be killed for the sake of its video).
+    """
+
+    def __init__(self, max_frames: int | None = None) -> None:
+        if max_frames is not None and max_frames < 1:
+            raise ValueError(f"max_frames must be >= 1 or None, got {max_frames}")
+        self.max_frames = max_frames
+        self.frames: list[np.ndarray] = []
+        self.dropped = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.dropped > 0
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def add(self, frame: np.ndarray) -> None:
+        """Keep a copy of ``frame`` (renderers often reuse their output buffer)."""
+        shape = self.frames[0].shape if self.frames else None
+        frame = _check_frame(frame, len(self.frames), shape)
+        if self.max_frames is not None and len(self.frames) >= self.max_frames:
+            if not self.dropped:
+                log.warning("episode video reached max_frames=%d; recording stopped", self.max_frames)
+            self.dropped += 1
+            return
+        self.frames.append(frame.copy())
+
+    def save(self, path: str | os.PathLike, fps: float = 20) -> Path:
+        return write_mp4(path, self.frames, fps=fps)
