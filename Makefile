@@ -1,7 +1,7 @@
 # make test  - create .venv if needed, install, run the tests (what CI runs)
 # make demo  - the embedded default end to end (arrives with issue 6)
 VENV        ?= .venv
-EXTRAS      ?= metaworld,model,dev
+EXTRAS      ?= metaworld,train,ray,dev
 # Simulators whose MuJoCo pins clash with Meta-World's get a venv each (.venv-<name>);
 # `make test SUITE_VENVS=` skips them.
 SUITE_VENVS ?= robosuite libero maniskill
@@ -32,6 +32,7 @@ list-envs: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/vector_env.py
 	$(VENV)/bin/python bench/inference.py
+	$(VENV)/bin/python bench/broker.py
 
 demo:
 	@echo "make demo arrives with issue 6 (collect demos, train a tiny WAM, evaluate through the broker)."

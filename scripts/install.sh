@@ -22,6 +22,9 @@ if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
     pip install "torch==2.13.0"
   fi
 fi
+# DeepSpeed (train extra) would otherwise try to compile its CUDA/CPU ops at install time;
+# they are built on first use instead.
+export DS_BUILD_OPS=${DS_BUILD_OPS:-0}
 echo "[install] wam_gym[$extras] into $venv"
 pip install -e ".[$extras]"
 

@@ -54,7 +54,7 @@ class BrokerConfig:
     inference_batch_wait_ms: float = 10.0
     backend: str = "local"  # local processes, or ray actors
     ray_address: str | None = None  # null: a local Ray cluster on 127.0.0.1
-    torch_threads_per_worker: int | None = None  # null: torch's default
+    torch_threads_per_worker: int | None = None  # null: 1 on CPU workers (they share cores with envs), else torch's
     max_worker_restarts: int = 3
     startup_timeout_s: float = 600.0
 

@@ -49,6 +49,10 @@ def stack_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 class ModelServer:
     def __init__(self, factory: PolicyFactory, device: str, worker_id: int, threads: int | None = None):
+        if threads is None and device == "cpu":
+            # CPU workers share the cores with env actors; OpenMP threads that spin-wait for
+            # each other then stall (a call took 8x longer with torch's 2 threads than with 1).
+            threads = 1
         if threads:
             import torch
 

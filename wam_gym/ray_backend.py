@@ -97,12 +97,10 @@ class RayWorkerPool:
                     worker, kind = self._pending.pop(ref)
                 try:
                     value = self.ray.get(ref)
-                except self.ray.exceptions.RayActorError:
-                    self._dead[worker] = True  # the broker restarts it and resends its batch
-                    continue
-                except Exception as exc:  # the factory raised while loading the model
-                    self.inbound.put(("failed", worker, repr(exc)))
-                    self._dead[worker] = kind == "ready"
+                except Exception as exc:
+                    if kind == "ready":  # the actor could not build its model: say why
+                        self.inbound.put(("failed", worker, str(exc)))
+                    self._dead[worker] = True  # else the broker restarts it and resends its batch
                     continue
                 self.inbound.put(("ready", worker, value) if kind == "ready" else ("result", worker, value))
 

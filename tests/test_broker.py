@@ -1,0 +1,219 @@
+"""The inference broker: dynamic batching, GPU selection, faults, and batch-independent results."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from agents.wam.policy import Prediction
+from wam_gym.batching import Batcher, Request
+from wam_gym.broker import BrokerConfig, BrokerError, InferenceBroker, RemoteInferenceError, worker_devices
+
+HORIZON = 4
+
+
+def echo_policy(device: str, delay: float = 0.02):
+    """A stand-in model: the chunk repeats each row's state; 'boom' instructions raise."""
+
+    class Echo:
+        action_horizon = HORIZON
+
+        def predict(self, obs, noise_seeds=None):
+            if "boom" in obs["instruction"]:
+                raise ValueError("observation refused: boom")
+            time.sleep(delay)
+            state = np.asarray(obs["state"])
+            return Prediction(np.repeat(state[:, None, :], HORIZON, axis=1))
+
+    return Echo()
+
+
+def failing_policy(device: str):
+    raise FileNotFoundError("no checkpoint at /nowhere")
+
+
+def request(actor: int, rid: int, arrived: float, dim: int = 3) -> Request:
+    return Request(actor, rid, {"state": np.zeros(dim, np.float32)}, None, arrived)
+
+
+def obs(value: float, instruction: str = "x") -> dict:
+    return {"state": np.full((1, 3), value, np.float32), "instruction": (instruction,)}
+
+
+# ----------------------------------------------------------------- batching (pure)
+def test_batch_released_when_full_or_when_the_oldest_waited():
+    batcher = Batcher(batch_size=3, wait_ms=10)
+    for rid in range(2):
+        batcher.add(request(0, rid, arrived=0.0))
+    assert batcher.pop_ready(now=0.005) is None  # 2 < 3 and waited 5 ms < 10 ms
+    assert [r.request_id for r in batcher.pop_ready(now=0.011)] == [0, 1]
+    for rid in range(4):
+        batcher.add(request(0, rid, arrived=1.0))
+    assert len(batcher.pop_ready(now=1.0)) == 3 and len(batcher) == 1
+
+
+def test_requests_of_different_shapes_never_share_a_batch():
+    batcher = Batcher(batch_size=4, wait_ms=0)
+    batcher.add(request(0, 0, 0.0, dim=3))
+    batcher.add(request(1, 1, 0.0, dim=7))
+    batcher.add(request(2, 2, 0.0, dim=3))
+    first, second = batcher.pop_ready(1.0), batcher.pop_ready(1.0)
+    assert [r.request_id for r in first] == [0, 2] and [r.request_id for r in second] == [1]
+
+
+def test_dead_actor_requests_are_dropped_and_resent_ones_go_first():
+    batcher = Batcher(batch_size=2, wait_ms=0)
+    batcher.add(request(5, 0, 0.0))
+    batcher.add(request(6, 1, 0.0))
+    batcher.drop_actor(5)
+    batcher.add(request(7, 2, 0.0), front=True)
+    assert [r.actor_id for r in batcher.pop_ready(1.0)] == [7, 6]
+
+
+def test_bad_batching_knobs():
+    with pytest.raises(ValueError, match="inference_batch_size"):
+        Batcher(0, 10)
+    with pytest.raises(ValueError, match="inference_batch_wait_ms"):
+        Batcher(2, -1)
+
+
+# ----------------------------------------------------------------- devices
+def test_gpu_selection_follows_num_gpus_and_gpu_ids():
+    assert worker_devices(BrokerConfig(num_gpus=0, workers_per_gpu=3)) == ["cpu"] * 3
+    assert worker_devices(BrokerConfig(num_gpus=2, workers_per_gpu=2), available_gpus=4) == [
+        "cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    assert worker_devices(BrokerConfig(num_gpus=3, gpu_ids=[2, 3, 5, 6]), available_gpus=8) == [
+        "cuda:2", "cuda:3", "cuda:5"]
+    with pytest.raises(BrokerError, match="MULTIRUN.num_gpus=0"):
+        worker_devices(BrokerConfig(num_gpus=1), available_gpus=0)
+    with pytest.raises(BrokerError, match="has only 1"):
+        worker_devices(BrokerConfig(num_gpus=2, gpu_ids=[1]), available_gpus=2)
+    with pytest.raises(BrokerError, match=r"gpu_ids \[7\]"):
+        worker_devices(BrokerConfig(num_gpus=1, gpu_ids=[7]), available_gpus=2)
+    with pytest.raises(ValueError, match="MULTIRUN.backend"):
+        BrokerConfig(backend="slurm")
+
+
+# ----------------------------------------------------------------- processes
+def drive(clients, calls: int) -> dict[int, list[float]]:
+    """Each client in its own thread asks ``calls`` times; returns the answers per client."""
+    answers: dict[int, list[float]] = {}
+
+    def run(i, client):
+        answers[i] = [float(client.predict(obs(i * 100 + k)).actions[0, 0, 0]) for k in range(calls)]
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return answers
+
+
+@pytest.fixture
+def broker():
+    with InferenceBroker(echo_policy, BrokerConfig(workers_per_gpu=1, inference_batch_size=4,
+                                                   inference_batch_wait_ms=50)) as b:
+        yield b
+
+
+def test_concurrent_actors_are_batched_and_answered_correctly(broker):
+    clients = [broker.client(i) for i in range(6)]
+    answers = drive(clients, calls=4)
+    assert answers == {i: [i * 100 + k for k in range(4)] for i in range(6)}
+    stats = broker.stats.summary()
+    assert stats["requests"] == 24 and stats["mean_batch_size"] > 1.5
+    assert stats["model_ms_p95"] >= stats["model_ms_p50"] > 0
+
+
+def test_a_worker_error_reaches_only_its_requester(broker):
+    client = broker.client(0)
+    with pytest.raises(RemoteInferenceError, match="ValueError: observation refused: boom"):
+        client.predict(obs(1, "boom"))
+    assert client.predict(obs(2)).actions[0, 0, 0] == 2  # the worker lives on
+
+
+def test_killed_model_worker_is_restarted_and_nothing_is_lost():
+    config = BrokerConfig(workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5)
+    with InferenceBroker(lambda d: echo_policy(d, delay=0.05), config) as broker:
+        clients = [broker.client(i) for i in range(4)]
+        killer = threading.Timer(0.3, lambda: os.kill(broker.pool.pid(0), signal.SIGKILL))
+        killer.start()
+        answers = drive(clients, calls=10)
+        killer.join()
+        assert answers == {i: [i * 100 + k for k in range(10)] for i in range(4)}
+        assert broker.stats.worker_restarts == 1
+
+
+def test_a_model_that_cannot_load_fails_at_start_with_its_error():
+    with pytest.raises(BrokerError, match="no checkpoint at /nowhere"):
+        InferenceBroker(failing_policy, BrokerConfig()).start()
+
+
+def test_ray_backend_serves_and_survives_a_killed_actor():
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    import sys
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
+    config = BrokerConfig(backend="ray", workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5)
+    with InferenceBroker(lambda d: echo_policy(d, delay=0.05), config) as broker:
+        clients = [broker.client(i) for i in range(4)]
+        pid = broker.pool.pid(1)
+        killer = threading.Timer(0.3, lambda: os.kill(pid, signal.SIGKILL))
+        killer.start()
+        answers = drive(clients, calls=8)
+        killer.join()
+        assert answers == {i: [i * 100 + k for k in range(8)] for i in range(4)}
+        assert broker.stats.worker_restarts == 1
+        assert pid != broker.pool.pid(1)
+
+
+def test_wam_answers_do_not_depend_on_batching(tmp_path):
+    """Per-row noise seeds: a request gives the same chunk alone or batched with others."""
+    import functools
+
+    from agents.wam import InferenceConfig, WAMPolicy, build_model, preset, save_pretrained
+    from tests.test_wam_model import observation
+    from wam_gym.eval.manager import checkpoint_policy
+
+    save_pretrained(build_model(preset("tiny")), tmp_path / "ckpt")
+    inference = InferenceConfig(num_inference_steps=2)
+    local = WAMPolicy.from_checkpoint(tmp_path / "ckpt", inference)
+    rows = [observation(batch=1, seed=s) for s in range(3)]
+    expected = [local.predict(o, noise_seeds=[10 + i]).actions for i, o in enumerate(rows)]
+    factory = functools.partial(checkpoint_policy, str(tmp_path / "ckpt"), inference, None, {})
+    config = BrokerConfig(inference_batch_size=3, inference_batch_wait_ms=500)
+    with InferenceBroker(factory, config) as broker:
+        clients = [broker.client(i) for i in range(3)]
+        got: dict[int, np.ndarray] = {}
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, clients[i].predict(rows[i], [10 + i]).actions))
+                   for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert broker.stats.batch_sizes == [3]  # all three in one batch
+    for i in range(3):
+        np.testing.assert_allclose(got[i], expected[i], atol=1e-5)
+
+
+def test_prompt_cache_reuses_embeddings_and_evicts_least_recent():
+    import torch
+
+    from agents.wam import build_model, preset
+    from agents.wam.policy import PromptCache
+
+    model = build_model(preset("tiny"))
+    cache = PromptCache(model, size=2)
+    first = cache.encode(["open", "close", "open"])
+    assert (cache.hits, cache.misses) == (1, 2)
+    torch.testing.assert_close(first, model.encode_prompt(["open", "close", "open"]))
+    cache.encode(["push"])  # "close" is the least recently used: "open" was used last
+    assert set(cache._cache) == {"open", "push"}
+    cache.encode(["open"])
+    assert cache.hits == 2
