@@ -152,10 +152,25 @@ class WAMPolicy:
         prediction does not depend on which other rows share its batch (the broker's case).
         """
         batch = np.asarray(obs["state"]).shape[0]
-        model, cfg = self.model, self.model.config
-        current = model.encode_video(self._frames(obs["pixels"], batch))
+        current = self.model.encode_video(self._frames(obs["pixels"], batch))
         state = self._state(obs["state"], batch)
         text = self.prompt_cache.encode(self._instructions(obs["instruction"], batch))
+        x0 = self.sample(current, state, text, noise_seeds)
+        actions = self.normalizer.unnormalize_actions(x0["action"].cpu().numpy())
+        video = None
+        if "video" in x0 and self.config.visualize_future_video:
+            video = _to_uint8(self.model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
+        return Prediction(actions=actions, video=video)
+
+    @torch.no_grad()
+    def sample(
+        self, current: torch.Tensor, state: torch.Tensor, text: torch.Tensor, noise_seeds: Sequence[int] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Denoise an action chunk (and, in joint video mode, the future latents) given the
+        current-frame latent (B, C, 1, h, w), normalised state and text embeddings; checks
+        the result is finite. Returns normalised x0 per modality."""
+        model, cfg = self.model, self.model.config
+        batch = current.shape[0]
         joint = cfg.video_mode == "joint"
         shapes = {"action": (cfg.action_horizon, cfg.action_dim)}
         if joint:
@@ -177,11 +192,7 @@ class WAMPolicy:
                     f"the model predicted non-finite {key} values (NaN/inf); no action was sent. Check the "
                     "checkpoint, or run with model.encoder_mode.*=fp32 to rule out overflow"
                 )
-        actions = self.normalizer.unnormalize_actions(x0["action"].cpu().numpy())
-        video = None
-        if joint and self.config.visualize_future_video:
-            video = _to_uint8(model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
-        return Prediction(actions=actions, video=video)
+        return x0
 
     def _noise(self, batch: int, shapes: dict[str, tuple[int, ...]], seeds: Sequence[int] | None) -> dict:
         if seeds is None:
