@@ -186,7 +186,7 @@ def test_wam_answers_do_not_depend_on_batching(tmp_path):
     local = WAMPolicy.from_checkpoint(tmp_path / "ckpt", inference)
     rows = [observation(batch=1, seed=s) for s in range(3)]
     expected = [local.predict(o, noise_seeds=[10 + i]).actions for i, o in enumerate(rows)]
-    factory = functools.partial(checkpoint_policy, str(tmp_path / "ckpt"), inference, None, {})
+    factory = functools.partial(checkpoint_policy, str(tmp_path / "ckpt"), inference, None, 64, {})
     config = BrokerConfig(inference_batch_size=3, inference_batch_wait_ms=500)
     with InferenceBroker(factory, config) as broker:
         clients = [broker.client(i) for i in range(3)]

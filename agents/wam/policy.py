@@ -46,7 +46,6 @@ class InferenceConfig:
     torch_compile_dynamic: bool | None = None
     torch_compile_options: dict[str, Any] | None = None
     seed: int = 0  # of the sampling noise: the same observations give the same actions
-    prompt_cache_size: int = 64  # instructions whose text embedding is kept (LRU); 0 = off
 
     def sampler_config(self) -> SamplerConfig:
         return SamplerConfig(name=self.sampler, num_inference_steps=self.num_inference_steps, shift=self.shift)
@@ -72,13 +71,15 @@ class WAMPolicy:
         model: MoTWAM,
         config: InferenceConfig | None = None,
         normalizer: Normalizer | None = None,
+        prompt_cache_size: int = 64,
     ):
+        """``prompt_cache_size``: instructions whose text embedding is kept (LRU; 0 = off)."""
         self.model = model.eval()
         self.config = config or InferenceConfig()
         self.normalizer = normalizer or Normalizer()
         self.sampler = FlowSampler(self.config.sampler_config())
         self.generator = torch.Generator().manual_seed(self.config.seed)
-        self.prompt_cache = PromptCache(model, self.config.prompt_cache_size)
+        self.prompt_cache = PromptCache(model, prompt_cache_size)
         compile_module(self.model, self.config.compile_config())
         logger.info(
             "WAM policy: preset=%s sampler=%s steps=%d attention=%s video_mode=%s",
@@ -89,7 +90,7 @@ class WAMPolicy:
     @classmethod
     def from_checkpoint(
         cls, path: str | Path, config: InferenceConfig | None = None, dataset_stats_path: str | None = None,
-        device: str = "cpu", **model_overrides: Any,
+        device: str = "cpu", prompt_cache_size: int = 64, **model_overrides: Any,
     ) -> WAMPolicy:
         """Load a checkpoint; statistics from ``dataset_stats_path``, else the checkpoint's own."""
         from agents.wam.checkpoint import load_pretrained
@@ -99,7 +100,7 @@ class WAMPolicy:
         normalizer = Normalizer.from_stats_file(stats) if dataset_stats_path or Path(stats).is_file() else None
         if normalizer is None:
             logger.warning("%s has no %s and no dataset_stats_path was given: actions are not unnormalised", path, STATS_FILE)
-        return cls(model, config, normalizer)
+        return cls(model, config, normalizer, prompt_cache_size)
 
     @property
     def action_horizon(self) -> int:

@@ -7,7 +7,7 @@ the composed config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from agents.wam.policy import InferenceConfig
@@ -17,45 +17,27 @@ AGENTS = ("wam", "expert", "random")
 
 
 @dataclass
-class EvaluationConfig:
+class EvaluationConfig(InferenceConfig):
+    """EVALUATION.*: one model call (the InferenceConfig fields: num_inference_steps, sampler,
+    shift, inference_cross_kv_reuse, visualize_future_video, torch_compile*, seed) and one episode."""
+
     agent: str = "wam"  # wam (needs ckpt) | expert (scripted) | random: baselines run the same way
-    num_trials: int = 10
-    seed: int = 0  # trial k uses seed + k
+    num_trials: int = 10  # trial k uses seed + k
     max_episode_steps: int | None = None  # null: the suite's limit
-    # one model call
-    num_inference_steps: int = 10
-    sampler: str = "unipc"
-    shift: float = 5.0
     action_horizon: int | None = None  # null: the model's
     replan_steps: int | None = None  # null: action_horizon
-    inference_cross_kv_reuse: bool = True
-    torch_compile: bool = False
-    torch_compile_mode: str | None = "reduce-overhead"
-    torch_compile_backend: str = "inductor"
-    torch_compile_fullgraph: bool = False
-    torch_compile_dynamic: bool | None = None
-    torch_compile_options: dict[str, Any] | None = None
     video_mode: str | None = None  # joint | action_only; null: the checkpoint's
     dataset_stats_path: str | None = None  # null: the checkpoint's dataset_stats.json
     # outputs
     output_dir: str = "evaluate_results/${benchmark}/${now:%Y%m%d-%H%M%S}"
     eval_save_video: bool = False  # an mp4 per episode
-    visualize_future_video: bool = False  # the predicted future beside the rollout
     video_camera: str | None = None  # null: all cameras side by side
     video_fps: int = 20
     tensorboard: bool = True
     max_attempts: int = 3  # tries per episode when workers die
 
-    def inference(self, prompt_cache_size: int) -> InferenceConfig:
-        return InferenceConfig(
-            num_inference_steps=self.num_inference_steps, sampler=self.sampler, shift=self.shift,
-            inference_cross_kv_reuse=self.inference_cross_kv_reuse,
-            visualize_future_video=self.visualize_future_video,
-            torch_compile=self.torch_compile, torch_compile_mode=self.torch_compile_mode,
-            torch_compile_backend=self.torch_compile_backend, torch_compile_fullgraph=self.torch_compile_fullgraph,
-            torch_compile_dynamic=self.torch_compile_dynamic, torch_compile_options=self.torch_compile_options,
-            seed=self.seed, prompt_cache_size=prompt_cache_size,
-        )
+    def inference(self) -> InferenceConfig:
+        return InferenceConfig(**{f.name: getattr(self, f.name) for f in fields(InferenceConfig)})
 
 
 @dataclass

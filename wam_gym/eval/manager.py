@@ -34,11 +34,15 @@ class EvalError(RuntimeError):
     """The evaluation stopped; every episode finished before it is on disk."""
 
 
-def checkpoint_policy(ckpt: str, inference, dataset_stats_path: str | None, overrides: dict, device: str):
+def checkpoint_policy(
+    ckpt: str, inference, dataset_stats_path: str | None, prompt_cache_size: int, overrides: dict, device: str
+):
     """Builds the WAM policy inside a model worker (module level: picklable by reference)."""
     from agents.wam.policy import WAMPolicy
 
-    return WAMPolicy.from_checkpoint(ckpt, inference, dataset_stats_path, device=device, **overrides)
+    return WAMPolicy.from_checkpoint(
+        ckpt, inference, dataset_stats_path, device=device, prompt_cache_size=prompt_cache_size, **overrides
+    )
 
 
 @dataclass
@@ -178,7 +182,7 @@ class EvalManager:
             return None
         overrides = {"video_mode": ev.video_mode} if ev.video_mode else {}
         factory = functools.partial(
-            checkpoint_policy, self.config.ckpt, ev.inference(mr.prompt_cache_size), ev.dataset_stats_path, overrides
+            checkpoint_policy, self.config.ckpt, ev.inference(), ev.dataset_stats_path, mr.prompt_cache_size, overrides
         )
         return InferenceBroker(factory, mr, ctx).start()
 

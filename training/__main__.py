@@ -1,0 +1,36 @@
+"""python -m training task=<recipe> [key=value ...]
+
+    python -m training task=metaworld_tiny dataset.root=data/metaworld_demo max_steps=500
+    python -m training task=metaworld_tiny +infra=online batch_size=32
+    NPROC_PER_NODE=8 bash scripts/train_zero2.sh task=libero_wan22 model.pretrained_path=/data/Wan2.2-TI2V-5B-Diffusers
+    python -m training task=metaworld_tiny --cfg job      # print the composed config
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from training.config import TrainConfig, register_configs
+
+register_configs()
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    from training.loop import train
+
+    logging.getLogger().setLevel(logging.INFO)
+    config: TrainConfig = OmegaConf.to_object(cfg)
+    try:
+        train(config)
+    except (ValueError, FileNotFoundError, FloatingPointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""The training loop: clips -> frozen encoders (or their caches) -> flow-matching loss -> engine.
+
+Read top to bottom, CleanRL style: build, resume, loop, save. Exact resume: a checkpoint
+holds the model, optimizer and scheduler (the engine's part) and the data position (epoch,
+samples consumed); the loss's noise comes from a generator seeded by the micro-step, so a
+resumed run draws the same noise an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from agents.wam.checkpoint import build_model, load_pretrained, save_pretrained
+from agents.wam.lora import LoraSettings, add_lora
+from agents.wam.policy import STATS_FILE, WAMPolicy
+from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint
+from training.config import TrainConfig
+from training.data.clips import ClipDataset
+from training.data.lerobot import LeRobotDataset
+from training.engine import EngineConfig, latest_checkpoint, make_engine
+from wam_gym.compile import CompileConfig, compile_module
+
+logger = logging.getLogger(__name__)
+
+
+class ResumableSampler(Sampler[int]):
+    """A seeded permutation per epoch, this rank's share of it, from any position."""
+
+    def __init__(self, size: int, seed: int, rank: int = 0, world_size: int = 1):
+        self.size, self.seed, self.rank, self.world_size = size, seed, rank, world_size
+        self.epoch, self.start = 0, 0
+
+    def __iter__(self):
+        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        yield from order[self.rank :: self.world_size][self.start :].tolist()
+
+    def __len__(self) -> int:
+        return max(0, math.ceil((self.size - self.rank) / self.world_size) - self.start)
+
+
+def _worker_init(threads: int):
+    def init(_worker_id: int) -> None:
+        torch.set_num_threads(threads)  # workers x threads is the CPU pressure, not workers alone
+
+    return init
+
+
+def make_loader(clips, cfg: TrainConfig, sampler: ResumableSampler, device: torch.device) -> DataLoader:
+    workers = cfg.num_workers
+    return DataLoader(
+        clips,
+        batch_size=cfg.batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        prefetch_factor=cfg.dataloader_prefetch_factor if workers > 0 else None,
+        persistent_workers=cfg.dataloader_persistent_workers and workers > 0,
+        pin_memory=cfg.dataloader_pin_memory and device.type == "cuda",
+        worker_init_fn=_worker_init(cfg.dataloader_worker_threads) if workers > 0 else None,
+        drop_last=True,
+    )
+
+
+def build(cfg: TrainConfig, device: torch.device):
+    """The model (fresh preset, Wan weights or a checkpoint), fitted to the dataset."""
+    if cfg.dataset.root is None:
+        raise ValueError("dataset.root is not set: collect demos with `python -m training.collect ...` and pass the folder")
+    dataset = LeRobotDataset(cfg.dataset.root)
+    model_cfg = cfg.model
+    model_cfg.vae_micro_batch_size = cfg.vae_micro_batch_size
+    if cfg.init_from:
+        model = load_pretrained(cfg.init_from, vae_micro_batch_size=cfg.vae_micro_batch_size)
+    else:
+        _fit_geometry(model_cfg, dataset)
+        model = build_model(model_cfg)
+    if cfg.lora.enabled:
+        lora = cfg.lora
+        if not (cfg.init_from or model_cfg.pretrained_path):
+            raise ValueError("LoRA fine-tunes trained weights: set init_from=<checkpoint> (or model.pretrained_path for Wan)")
+        add_lora(model, LoraSettings(rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout, experts=tuple(lora.experts)))
+        for name, param in model.named_parameters():
+            if any(name.startswith(f"{prefix}.") for prefix in lora.fully_trained):
+                param.requires_grad_(True)
+    if cfg.model.backbone.use_gradient_checkpointing or cfg.infra.compile:
+        model.enable_gradient_checkpointing()
+    mc = model.config
+    stride = cfg.dataset.frame_stride or max(1, mc.action_horizon // max(1, mc.num_future_frames))
+    clips = ClipDataset(dataset, cameras=list(mc.cameras), image_size=tuple(mc.image_size), action_horizon=mc.action_horizon,
+                        num_future_frames=mc.num_future_frames, frame_stride=stride)
+    return model.to(device), dataset, clips
+
+
+def _fit_geometry(model_cfg, dataset) -> None:
+    """A fresh model takes the dataset's state/action sizes; cameras must exist in it."""
+    missing = [c for c in model_cfg.cameras if c not in dataset.cameras]
+    if missing:
+        raise ValueError(f"model.cameras {missing} are not in the dataset (it has {list(dataset.cameras)}); "
+                         f"set model.cameras={list(dataset.cameras)}")
+    model_cfg.state_dim, model_cfg.action_dim = dataset.state_dim, dataset.action_dim
+
+
+def _encoders(cfg: TrainConfig, model, clips):
+    """Where latents and text features come from: the cache, or the frozen encoders online."""
+    if not (cfg.infra.latent_cache or cfg.infra.text_cache):
+        return None, TextFeatures(model)
+    cache = LatentCache(cache_dir(), fingerprint(model, clips))
+    if cfg.infra.latent_cache:
+        cache.require_video()
+    text = TextFeatures(model, cache.text() if cfg.infra.text_cache else None)
+    return (cache if cfg.infra.latent_cache else None), text
+
+
+def train(cfg: TrainConfig) -> Path:
+    torch.manual_seed(cfg.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(cfg.output_dir)
+    model, dataset, clips = build(cfg, device)
+    if cfg.infra.compile:
+        if os.environ.get("WAM_COMPILE_CACHE"):
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ["WAM_COMPILE_CACHE"])
+        compile_module(model, CompileConfig(enabled=True, mode=cfg.infra.compile_mode, backend="inductor"))
+    latent_cache, text_features = _encoders(cfg, model, clips)
+    engine = make_engine(model, EngineConfig(
+        deepspeed=cfg.deepspeed, mixed_precision=cfg.mixed_precision, lr=cfg.lr, weight_decay=cfg.weight_decay,
+        grad_clip=cfg.grad_clip, warmup_steps=cfg.warmup_steps, lr_schedule=cfg.lr_schedule, max_steps=cfg.max_steps,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, micro_batch_size=cfg.batch_size,
+    ), device)
+    sampler = ResumableSampler(len(clips), cfg.seed, engine.rank, engine.world_size)
+    if len(sampler) < cfg.batch_size:
+        raise ValueError(f"the dataset has {len(clips)} clips, fewer than batch_size={cfg.batch_size}")
+    state = {"epoch": 0, "consumed": 0, "micro_step": 0}
+    ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
+    if ckpt is not None:
+        state = engine.load(ckpt)
+        logger.info("resumed from %s (step %d)", ckpt, engine.global_step)
+    sampler.epoch, sampler.start = state["epoch"], state["consumed"]
+    loader = make_loader(clips, cfg, sampler, device)
+    writer = _writer(out, engine)
+    _save_run_files(out, cfg, dataset, engine)
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=cfg.max_steps, initial=engine.global_step, unit="step", disable=not engine.is_main_process,
+               dynamic_ncols=True, desc=cfg.task)
+    batches, tick, seen = iter(loader), time.perf_counter(), 0
+    model.train()
+    while engine.global_step < cfg.max_steps:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            state["epoch"], state["consumed"] = state["epoch"] + 1, 0
+            sampler.epoch, sampler.start = state["epoch"], 0
+            batches = iter(loader)
+            continue
+        losses = _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, state["micro_step"])
+        state["micro_step"] += 1
+        state["consumed"] += cfg.batch_size
+        seen += cfg.batch_size * engine.world_size
+        if not engine.step():
+            continue
+        step = engine.global_step
+        bar.update(1)
+        if step % cfg.log_every == 0 or step == cfg.max_steps:
+            rate = seen / (time.perf_counter() - tick)
+            tick, seen = time.perf_counter(), 0
+            bar.set_postfix(loss=f"{losses['loss']:.4f}", samples_s=f"{rate:.1f}")
+            _log_scalars(writer, step, {**losses, "lr": engine.lr, "samples_per_s": rate})
+        if cfg.log_video_every and step % cfg.log_video_every == 0:
+            _log_prediction(writer, model, batch, text_features, step, device)
+        if step % cfg.save_every == 0 or step == cfg.max_steps:
+            _checkpoint(engine, out, state, cfg.keep_checkpoints)
+    bar.close()
+    final = out / "checkpoint"
+    if engine.is_main_process:
+        _log_prediction(writer, model, batch, text_features, engine.global_step, device)
+        save_pretrained(engine.module, final)
+        shutil.copyfile(Path(dataset.root) / "meta" / "stats.json", final / STATS_FILE)
+        if writer:
+            writer.close()
+        logger.info("final checkpoint: %s (text features computed online: %d)", final, text_features.online)
+    return final
+
+
+def _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, micro_step: int) -> dict[str, float]:
+    non_blocking = cfg.infra.pinned_transfer and device.type == "cuda"
+    if latent_cache is not None:
+        latents = latent_cache.video(batch["index"]).to(device, non_blocking=non_blocking)
+    else:
+        latents = model.encode_video(batch["video"].to(device, non_blocking=non_blocking))
+    text = text_features(list(batch["instruction"]))
+    generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro_step)
+    with engine.autocast():
+        losses = engine.module.loss(
+            latents, batch["actions"].to(device, non_blocking=non_blocking), batch["state"].to(device, non_blocking=non_blocking),
+            text, video_dropout=cfg.video_dropout, action_weight=cfg.action_weight, generator=generator,
+        )
+    if not torch.isfinite(losses["loss"]):
+        raise FloatingPointError(f"loss became {losses['loss'].item()} at micro-step {micro_step}; lower lr or use fp32")
+    engine.backward(losses["loss"])
+    return {k: float(v.detach()) for k, v in losses.items()}
+
+
+def _checkpoint(engine, out: Path, state: dict, keep: int) -> None:
+    root = out / "checkpoints"
+    engine.save(root / f"step-{engine.global_step:08d}", dict(state))
+    if engine.is_main_process:
+        for old in sorted(root.glob("step-*"))[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _writer(out: Path, engine):
+    if not engine.is_main_process:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(out / "tensorboard"))
+
+
+def _log_scalars(writer, step: int, values: dict[str, float]) -> None:
+    if writer:
+        for name, value in values.items():
+            writer.add_scalar(f"train/{name}", value, step)
+
+
+@torch.no_grad()
+def _log_prediction(writer, model, batch, text_features, step: int, device) -> None:
+    """Predicted future frames beside the real ones for the first clip of a batch."""
+    if writer is None or model.config.video_mode != "joint":
+        return
+    was_training = model.training
+    model.eval()
+    video = batch["video"][:1].to(device)
+    current = model.encode_video(video[:, :, :1])
+    x0 = WAMPolicy(model).sample(current, batch["state"][:1].to(device), text_features(list(batch["instruction"][:1])))
+    predicted = model.decode_latents(torch.cat([current, x0["video"]], dim=2))
+    frames = torch.cat([video, predicted], dim=-1)  # real | predicted, side by side
+    writer.add_video("train/predicted_frames", ((frames.permute(0, 2, 1, 3, 4) + 1) * 127.5).clamp(0, 255).byte(), step, fps=4)
+    model.train(was_training)
+
+
+def _save_run_files(out: Path, cfg: TrainConfig, dataset, engine) -> None:
+    if engine.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2, default=str))
