@@ -35,6 +35,8 @@ def main(cfg: DictConfig) -> None:
     if config.video_latent_cache != "generate":
         sys.exit("add video_latent_cache=generate to write the cache (with the run's other overrides)")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    config.infra.latent_cache = False  # generating: read the frames, not a cache
+    torch.manual_seed(config.seed)  # the same (random-init) encoders the run will build
     try:
         model, _, clips = build(config, device)
         directory = cache_dir()

@@ -154,6 +154,8 @@ def generate(model, clips, directory: Path, fields: list[str], max_text_samples:
 
 
 def _generate_video(model, clips, directory: Path, batch_size: int) -> int:
+    if not clips.load_video:
+        raise ValueError("generating video latents needs the clips' frames: run without infra.latent_cache=true")
     for shard_start in range(0, len(clips), SHARD_SIZE):
         indices = range(shard_start, min(shard_start + SHARD_SIZE, len(clips)))
         latents = []

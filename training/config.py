@@ -24,6 +24,7 @@ class DatasetConfig:
     # online path would compute. Random augmentation is not implemented, so this is a
     # declaration the cache checks.
     deterministic: bool = True
+    cache_episodes: int = 256  # decoded (episode, camera) pairs kept per process: shuffled clips hit them
 
 
 @dataclass

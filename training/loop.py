@@ -27,7 +27,7 @@ from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint
 from training.config import TrainConfig
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
-from training.engine import EngineConfig, latest_checkpoint, make_engine
+from training.engine import EngineConfig, checkpoint_dir, latest_checkpoint, make_engine
 from wam_gym.compile import CompileConfig, compile_module
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def build(cfg: TrainConfig, device: torch.device):
     """The model (fresh preset, Wan weights or a checkpoint), fitted to the dataset."""
     if cfg.dataset.root is None:
         raise ValueError("dataset.root is not set: collect demos with `python -m training.collect ...` and pass the folder")
-    dataset = LeRobotDataset(cfg.dataset.root)
+    dataset = LeRobotDataset(cfg.dataset.root, cache_episodes=cfg.dataset.cache_episodes)
     model_cfg = cfg.model
     model_cfg.vae_micro_batch_size = cfg.vae_micro_batch_size
     if cfg.init_from:
@@ -95,7 +95,7 @@ def build(cfg: TrainConfig, device: torch.device):
     mc = model.config
     stride = cfg.dataset.frame_stride or max(1, mc.action_horizon // max(1, mc.num_future_frames))
     clips = ClipDataset(dataset, cameras=list(mc.cameras), image_size=tuple(mc.image_size), action_horizon=mc.action_horizon,
-                        num_future_frames=mc.num_future_frames, frame_stride=stride)
+                        num_future_frames=mc.num_future_frames, frame_stride=stride, load_video=not cfg.infra.latent_cache)
     return model.to(device), dataset, clips
 
 
@@ -105,7 +105,9 @@ def _fit_geometry(model_cfg, dataset) -> None:
     if missing:
         raise ValueError(f"model.cameras {missing} are not in the dataset (it has {list(dataset.cameras)}); "
                          f"set model.cameras={list(dataset.cameras)}")
-    model_cfg.state_dim, model_cfg.action_dim = dataset.state_dim, dataset.action_dim
+    features = dataset.info["features"]
+    model_cfg.state_dim = features["observation.state"]["shape"][0]
+    model_cfg.action_dim = features["action"]["shape"][0]
 
 
 def _encoders(cfg: TrainConfig, model, clips):
@@ -211,7 +213,7 @@ def _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, 
 
 def _checkpoint(engine, out: Path, state: dict, keep: int) -> None:
     root = out / "checkpoints"
-    engine.save(root / f"step-{engine.global_step:08d}", dict(state))
+    engine.save(checkpoint_dir(root, engine.global_step), dict(state))
     if engine.is_main_process:
         for old in sorted(root.glob("step-*"))[:-keep]:
             shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,386 @@
+"""LeRobot v3.0 datasets: writer/reader round trip, layout, statistics, sparse decoding, clips."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.nn.functional as F
+
+import training.data.lerobot as lerobot
+from training.data import ClipDataset, DatasetError, DatasetWriter, LeRobotDataset, compute_stats
+from wam_gym.video import read_mp4
+
+FPS = 20
+CAMERAS = ("corner", "wrist")
+SIZES = {"corner": (32, 48), "wrist": (24, 24)}
+TASKS = ("reach the goal position", "push the puck to the goal")
+
+
+def _frame(cam: str, ep: int, t: int) -> np.ndarray:
+    """A smooth gradient whose colour moves with (episode, step): easy for H.264, unique per frame."""
+    h, w = SIZES[cam]
+    y, x = np.mgrid[0:h, 0:w]
+    r = x * 200 / w + 5 * t
+    g = y * 200 / h + 20 * ep
+    b = np.full_like(x, (37 * ep + 11 * t + (cam == "wrist") * 90) % 200, dtype=float)
+    return np.clip(np.stack([r, g, b], axis=-1), 0, 255).astype(np.uint8)
+
+
+def _write(root, lengths=(5, 8, 6), episodes_per_file=50, chunks_size=1000, seed=0):
+    """Write a dataset; returns what was written, per episode."""
+    rng = np.random.default_rng(seed)
+    written = []
+    with DatasetWriter(root, FPS, CAMERAS, episodes_per_file=episodes_per_file, chunks_size=chunks_size) as w:
+        for ep, n in enumerate(lengths):
+            record = {"frames": {c: [] for c in CAMERAS}, "state": [], "action": [], "task": TASKS[ep % 2]}
+            for t in range(n):
+                pixels = {c: _frame(c, ep, t) for c in CAMERAS}
+                state = rng.normal(size=4).astype(np.float32)
+                action = rng.uniform(-1, 1, size=3).astype(np.float32)
+                w.add_frame(pixels, state, action, record["task"])
+                for c in CAMERAS:
+                    record["frames"][c].append(pixels[c])
+                record["state"].append(state)
+                record["action"].append(action)
+            assert w.save_episode() == ep
+            written.append({k: (np.stack(v) if k in ("state", "action") else v) for k, v in record.items()})
+    for rec in written:
+        rec["frames"] = {c: np.stack(f) for c, f in rec["frames"].items()}
+    return written
+
+
+@pytest.fixture(scope="module")
+def dataset_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ds") / "demo"
+    written = _write(root)
+    return root, written
+
+
+def _close(a, b, mean=6.0, worst=40):
+    diff = np.abs(a.astype(int) - b.astype(int))
+    assert diff.mean() < mean and diff.max() <= worst, (diff.mean(), diff.max())
+
+
+# ------------------------------------------------------------------------ round trip / layout
+def test_round_trip(dataset_root):
+    root, written = dataset_root
+    ds = LeRobotDataset(root)
+    lengths = [len(r["state"]) for r in written]
+    assert ds.num_episodes == 3 and ds.num_frames == sum(lengths)
+    assert list(ds.episode_lengths) == lengths
+    assert ds.cameras == CAMERAS and ds.fps == FPS
+    assert ds.tasks == list(TASKS)
+    start = 0
+    for ep, rec in enumerate(written):
+        table = ds.episode_table(ep)
+        n = lengths[ep]
+        np.testing.assert_array_equal(table["state"], rec["state"])
+        np.testing.assert_array_equal(table["action"], rec["action"])
+        assert table["state"].dtype == np.float32 and table["action"].shape == (n, 3)
+        np.testing.assert_array_equal(table["frame_index"], np.arange(n))
+        np.testing.assert_array_equal(table["index"], start + np.arange(n))
+        np.testing.assert_array_equal(table["episode_index"], np.full(n, ep))
+        np.testing.assert_array_equal(table["task_index"], np.full(n, ep % 2))
+        np.testing.assert_allclose(table["timestamp"], np.arange(n) / FPS, rtol=0, atol=1e-6)
+        assert ds.task_of(ep) == rec["task"]
+        for cam in CAMERAS:
+            frames = ds.episode_frames(ep, cam)
+            assert frames.shape == (n, *SIZES[cam], 3) and frames.dtype == np.uint8
+            _close(frames, rec["frames"][cam])
+        start += n
+
+
+def test_info_json_and_layout(dataset_root):
+    root, written = dataset_root
+    info = json.loads((root / "meta" / "info.json").read_text())
+    assert info["codebase_version"] == "v3.0"
+    assert info["total_episodes"] == 3 and info["total_frames"] == sum(len(r["state"]) for r in written)
+    assert info["total_tasks"] == 2 and info["fps"] == FPS and info["chunks_size"] == 1000
+    assert info["splits"] == {"train": "0:3"}
+    assert info["data_path"] == "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+    assert info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    feats = info["features"]
+    assert feats["observation.images.corner"]["dtype"] == "video"
+    assert feats["observation.images.corner"]["shape"] == [32, 48, 3]
+    assert feats["observation.images.corner"]["names"] == ["height", "width", "channels"]
+    assert feats["observation.images.wrist"]["info"]["video.fps"] == FPS
+    assert feats["observation.state"] == {"dtype": "float32", "shape": [4], "names": [f"state_{i}" for i in range(4)]}
+    assert feats["action"]["shape"] == [3]
+    for key in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
+        assert feats[key]["shape"] == [1]
+    meta = ("meta/stats.json", "meta/tasks.parquet", "meta/episodes/chunk-000/file-000.parquet")
+    for rel in (*meta, "data/chunk-000/file-000.parquet"):
+        assert (root / rel).is_file(), rel
+    for cam in CAMERAS:
+        assert (root / f"videos/observation.images.{cam}/chunk-000/file-000.mp4").is_file()
+    data = pq.read_table(root / "data/chunk-000/file-000.parquet")
+    columns = {"observation.state", "action", "timestamp", "frame_index", "episode_index", "index", "task_index"}
+    assert set(data.column_names) == columns
+    tasks = pq.read_table(root / "meta/tasks.parquet")
+    assert tasks.column("task").to_pylist() == list(TASKS) and tasks.column("task_index").to_pylist() == [0, 1]
+    assert json.loads(tasks.schema.metadata[b"pandas"])["index_columns"] == ["task"]  # pandas reads task as the index
+    assert not [p for p in root.rglob("*") if p.name.startswith(".")], "temp files left behind"
+
+
+def test_episodes_metadata_timestamps(dataset_root):
+    root, written = dataset_root
+    rows = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    lengths = [len(r["state"]) for r in written]
+    offset = 0
+    for ep, row in enumerate(rows):
+        assert row["episode_index"] == ep and row["length"] == lengths[ep] and row["tasks"] == [TASKS[ep % 2]]
+        assert (row["data/chunk_index"], row["data/file_index"]) == (0, 0)
+        assert (row["dataset_from_index"], row["dataset_to_index"]) == (offset, offset + lengths[ep])
+        for cam in CAMERAS:
+            key = f"videos/observation.images.{cam}"
+            assert (row[f"{key}/chunk_index"], row[f"{key}/file_index"]) == (0, 0)
+            assert row[f"{key}/from_timestamp"] == pytest.approx(offset / FPS)
+            assert row[f"{key}/to_timestamp"] == pytest.approx((offset + lengths[ep]) / FPS)
+        assert len(row["stats/observation.state/mean"]) == 4
+        offset += lengths[ep]
+    for cam in CAMERAS:  # the file holds exactly the episodes, back to back
+        assert len(read_mp4(root / f"videos/observation.images.{cam}/chunk-000/file-000.mp4")) == offset
+
+
+def test_multiple_files_and_chunks(tmp_path):
+    lengths = (4, 6, 5, 3, 7)
+    written = _write(tmp_path / "ds", lengths, episodes_per_file=2, chunks_size=2)
+    root = tmp_path / "ds"
+    # files 0, 1 in chunk-000; file 2 in chunk-001 (as its file-000)
+    expected = [(0, 0), (0, 0), (0, 1), (0, 1), (1, 0)]
+    for rel in ("data/chunk-000/file-000.parquet", "data/chunk-000/file-001.parquet", "data/chunk-001/file-000.parquet"):
+        assert (root / rel).is_file(), rel
+    for cam in CAMERAS:
+        assert len(sorted((root / f"videos/observation.images.{cam}").rglob("*.mp4"))) == 3
+    ds = LeRobotDataset(root)
+    assert ds.num_episodes == 5 and ds.num_frames == sum(lengths)
+    meta = ds._meta
+    assert list(zip(meta["data/chunk_index"], meta["data/file_index"])) == expected
+    # each file's video restarts at time 0
+    key = "videos/observation.images.corner"
+    np.testing.assert_allclose(meta[f"{key}/from_timestamp"], np.array([0, 4, 0, 5, 0]) / FPS)
+    np.testing.assert_allclose(meta[f"{key}/to_timestamp"], np.array([4, 10, 5, 8, 7]) / FPS)
+    for ep, rec in enumerate(written):
+        np.testing.assert_array_equal(ds.episode_table(ep)["state"], rec["state"])
+        for cam in CAMERAS:
+            _close(ds.episode_frames(ep, cam), rec["frames"][cam])
+    assert json.loads((root / "meta/info.json").read_text())["total_episodes"] == 5
+
+
+def test_interrupted_writer_leaves_only_complete_files(tmp_path):
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, FPS, CAMERAS, episodes_per_file=2)
+    for ep in range(3):
+        for t in range(4):
+            w.add_frame({c: _frame(c, ep, t) for c in CAMERAS}, np.zeros(4), np.zeros(3), TASKS[0])
+        w.save_episode()
+    w.abort()  # as if the process died: the third episode's file never closed
+    ds = LeRobotDataset(root)
+    assert ds.num_episodes == 2 and ds.num_frames == 8
+    assert not (root / "data/chunk-000/file-001.parquet").exists()
+    for cam in CAMERAS:
+        assert not (root / f"videos/observation.images.{cam}/chunk-000/file-001.mp4").exists()
+    assert not [p for p in root.rglob("*") if p.name.startswith(".")]
+    with pytest.raises(FileExistsError, match="overwrite"):
+        DatasetWriter(root, FPS, CAMERAS)
+    DatasetWriter(root, FPS, CAMERAS, overwrite=True)
+    assert not (root / "meta").exists()
+
+
+def test_writer_validates_frames(tmp_path):
+    w = DatasetWriter(tmp_path / "ds", FPS, CAMERAS)
+    good = {c: _frame(c, 0, 0) for c in CAMERAS}
+    with pytest.raises(ValueError, match="lack camera"):
+        w.add_frame({"corner": good["corner"]}, np.zeros(4), np.zeros(3), "t")
+    with pytest.raises(ValueError, match="uint8"):
+        w.add_frame({**good, "wrist": good["wrist"].astype(np.float32)}, np.zeros(4), np.zeros(3), "t")
+    w.add_frame(good, np.zeros(4), np.zeros(3), "t")
+    with pytest.raises(ValueError, match="dims"):
+        w.add_frame(good, np.zeros(5), np.zeros(3), "t")
+    w.clear_episode()
+    with pytest.raises(ValueError, match="no frames"):
+        w.save_episode()
+    with pytest.raises(ValueError, match="no episodes"):
+        w.finalize()
+
+
+# ------------------------------------------------------------------------ statistics
+def test_stats_match_numpy(dataset_root):
+    root, written = dataset_root
+    stats = json.loads((root / "meta/stats.json").read_text())
+    for key, field in (("observation.state", "state"), ("action", "action")):
+        values = np.concatenate([r[field] for r in written]).astype(np.float64)
+        s = stats[key]
+        np.testing.assert_allclose(s["mean"], values.mean(0), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(s["std"], values.std(0), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(s["min"], values.min(0), rtol=0, atol=0)
+        np.testing.assert_allclose(s["max"], values.max(0), rtol=0, atol=0)
+        assert s["count"] == [len(values)]
+    for cam in CAMERAS:
+        pixels = np.concatenate([r["frames"][cam] for r in written]).reshape(-1, 3).astype(np.float64) / 255
+        s = stats[f"observation.images.{cam}"]
+        assert np.asarray(s["mean"]).shape == (3, 1, 1)
+        np.testing.assert_allclose(np.asarray(s["mean"]).ravel(), pixels.mean(0), rtol=1e-9)
+        np.testing.assert_allclose(np.asarray(s["std"]).ravel(), pixels.std(0), rtol=1e-9)
+        np.testing.assert_allclose(np.asarray(s["min"]).ravel(), pixels.min(0))
+        np.testing.assert_allclose(np.asarray(s["max"]).ravel(), pixels.max(0))
+        assert s["count"] == [sum(len(r["state"]) for r in written)]
+    frame_index = np.concatenate([np.arange(len(r["state"])) for r in written])
+    assert stats["frame_index"]["mean"] == pytest.approx([frame_index.mean()])
+
+
+def test_compute_stats_recomputes_from_files(tmp_path):
+    root = tmp_path / "ds"
+    _write(root, (5, 7), episodes_per_file=1)
+    written_stats = json.loads((root / "meta/stats.json").read_text())
+    (root / "meta/stats.json").unlink()
+    recomputed = compute_stats(root)
+    on_disk = json.loads((root / "meta/stats.json").read_text())
+    ds = LeRobotDataset(root)
+    for key in ("observation.state", "action", "index"):
+        for name in ("mean", "std", "min", "max", "count"):
+            np.testing.assert_allclose(on_disk[key][name], written_stats[key][name], rtol=1e-12)
+    for cam in CAMERAS:  # images from the decoded videos
+        decoded = np.concatenate([ds.episode_frames(ep, cam) for ep in range(2)]).reshape(-1, 3) / 255
+        np.testing.assert_allclose(recomputed[f"observation.images.{cam}"]["mean"].ravel(), decoded.mean(0), rtol=1e-9)
+        np.testing.assert_allclose(recomputed[f"observation.images.{cam}"]["std"].ravel(), decoded.std(0), rtol=1e-9)
+        key = f"observation.images.{cam}"  # decoded pixels differ a little from the recorded ones
+        np.testing.assert_allclose(on_disk[key]["mean"], written_stats[key]["mean"], atol=0.01)
+
+
+# ------------------------------------------------------------------------ sparse decoding
+def test_sparse_decode_returns_exactly_the_episode(tmp_path, monkeypatch):
+    root = tmp_path / "ds"
+    lengths = (6, 9, 4, 7)
+    written = _write(root, lengths)
+    cam = "corner"
+    whole = read_mp4(root / f"videos/observation.images.{cam}/chunk-000/file-000.mp4")
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+
+    calls = []
+    real = lerobot._read_span
+    monkeypatch.setattr(lerobot, "_read_span", lambda *a: calls.append(a[1:3]) or real(*a))
+    monkeypatch.setattr(lerobot, "read_mp4", lambda *a: pytest.fail("decoded the whole file"))
+    ds = LeRobotDataset(root, cache_episodes=2)
+    for ep in (2, 0, 3, 1):
+        frames = ds.episode_frames(ep, cam)
+        np.testing.assert_array_equal(frames, whole[starts[ep] : starts[ep + 1]])  # exactly that span
+        _close(frames, written[ep]["frames"][cam])
+    assert sorted(calls) == [(int(starts[e]), lengths[e]) for e in range(4)]
+    # LRU of 2: the last two stay decoded, older ones are decoded again
+    again = ds.episode_frames(1, cam)
+    assert again is ds.episode_frames(1, cam) and len(calls) == 4
+    ds.episode_frames(2, cam)
+    assert len(calls) == 5 and len(ds._cache) == 2
+
+
+# ------------------------------------------------------------------------ errors
+def test_clear_errors(tmp_path):
+    with pytest.raises(DatasetError, match="does not exist"):
+        LeRobotDataset(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="not a LeRobot v3 dataset"):
+        LeRobotDataset(tmp_path / "empty")
+
+    root = tmp_path / "ds"
+    _write(root, (4, 5), episodes_per_file=1)
+    video = root / "videos/observation.images.wrist/chunk-000/file-001.mp4"
+    video.rename(video.with_suffix(".bak"))
+    with pytest.raises(DatasetError, match=r"videos/observation\.images\.wrist/chunk-000/file-001\.mp4.*re-collect"):
+        LeRobotDataset(root)
+    video.with_suffix(".bak").rename(video)
+
+    (root / "meta/stats.json").unlink()
+    with pytest.raises(DatasetError, match=r"python -m training\.collect --stats-only"):
+        LeRobotDataset(root)
+    assert LeRobotDataset(root, require_stats=False).num_episodes == 2
+    compute_stats(root)
+
+    info_path = root / "meta/info.json"
+    info = json.loads(info_path.read_text())
+    info_path.write_text(json.dumps({**info, "codebase_version": "v2.1"}))
+    with pytest.raises(DatasetError, match="unsupported codebase_version 'v2.1'"):
+        LeRobotDataset(root)
+    info_path.write_text(json.dumps(info))
+
+    ds = LeRobotDataset(root)
+    with pytest.raises(ValueError, match=r"has \['corner', 'wrist'\]"):
+        ds.episode_frames(0, "topview")
+    with pytest.raises(IndexError):
+        ds.episode_table(2)
+
+
+# ------------------------------------------------------------------------ clips
+@pytest.fixture(scope="module")
+def normalizer_cls():
+    from agents.wam.normalization import Normalizer
+
+    return Normalizer
+
+
+def test_clip_shapes_clamping_and_padding(dataset_root, normalizer_cls):
+    root, written = dataset_root
+    ds = LeRobotDataset(root)
+    clips = ClipDataset(ds, cameras=CAMERAS, image_size=(32, 48), action_horizon=4, num_future_frames=2, frame_stride=2)
+    assert len(clips) == ds.num_frames
+    ep, n = 1, len(written[1]["state"])  # 8 frames
+    s = clips[clips.sample_index(ep, 0)]
+    assert s["video"].shape == (3, 3, 32, 96) and s["video"].dtype == torch.float32
+    assert s["video"].min() >= -1 and s["video"].max() <= 1
+    assert s["state"].shape == (4,) and s["actions"].shape == (4, 3)
+    assert s["instruction"] == TASKS[1] and (s["episode"], s["frame"]) == (1, 0)
+    assert s["index"] == ds.episode_starts[1] == clips.sample_index(1, 0)
+
+    # frames t, t+2, t+4 of the stored video, corner then wrist (resized) side by side
+    corner = torch.from_numpy(ds.episode_frames(ep, "corner")[[0, 2, 4]].copy()).permute(0, 3, 1, 2).float() / 127.5 - 1
+    wrist = torch.from_numpy(ds.episode_frames(ep, "wrist")[[0, 2, 4]].copy()).permute(0, 3, 1, 2).float() / 127.5 - 1
+    wrist = F.interpolate(wrist, size=(32, 48), mode="bilinear", antialias=True, align_corners=False)
+    expected = torch.cat([corner, wrist], dim=-1).permute(1, 0, 2, 3)
+    torch.testing.assert_close(s["video"], expected, rtol=0, atol=0)
+
+    last = clips[clips.sample_index(ep, n - 3)]  # t=5: frames 5, 7, 7 (clamped); actions 5, 6, 7, 7 (padded)
+    torch.testing.assert_close(last["video"][:, 2], last["video"][:, 1])
+    assert last["action_is_pad"].tolist() == [False, False, False, True]
+    torch.testing.assert_close(last["actions"][3], last["actions"][2])
+    final = clips[clips.sample_index(ep, n - 1)]
+    assert final["action_is_pad"].tolist() == [False, True, True, True]
+    for k in range(1, 3):
+        torch.testing.assert_close(final["video"][:, k], final["video"][:, 0])
+    assert clips[len(clips) - 1]["frame"] == len(written[-1]["state"]) - 1
+    batch = next(iter(torch.utils.data.DataLoader(clips, batch_size=3)))
+    assert batch["video"].shape == (3, 3, 3, 32, 96) and len(batch["instruction"]) == 3
+
+
+def test_clip_normalisation_matches_normalizer(dataset_root, normalizer_cls):
+    root, written = dataset_root
+    ds = LeRobotDataset(root)
+    norm = normalizer_cls.from_stats_file(root / "meta" / "stats.json")
+    clips = ClipDataset(ds, cameras=["corner"], image_size=(32, 48), action_horizon=3, num_future_frames=0)
+    raw = ClipDataset(ds, cameras=["corner"], image_size=(32, 48), action_horizon=3, num_future_frames=0, stats_normalize=False)
+    for ep in range(3):
+        table = ds.episode_table(ep)
+        n = len(table["index"])
+        for t in (0, n - 1):
+            i = clips.sample_index(ep, t)
+            s, r = clips[i], raw[i]
+            ids = np.minimum(t + np.arange(3), n - 1)
+            np.testing.assert_array_equal(s["state"].numpy(), norm.normalize_state(table["state"][t]))
+            np.testing.assert_array_equal(s["actions"].numpy(), norm.normalize_actions(table["action"][ids]))
+            np.testing.assert_array_equal(r["state"].numpy(), written[ep]["state"][t])
+            np.testing.assert_array_equal(r["actions"].numpy(), written[ep]["action"][ids])
+            np.testing.assert_allclose(norm.unnormalize_actions(s["actions"].numpy()), r["actions"].numpy(), atol=1e-5)
+    all_actions = torch.stack([clips[i]["actions"] for i in range(len(clips))])
+    assert all_actions.min() >= -1 - 1e-6 and all_actions.max() <= 1 + 1e-6
+
+
+def test_clip_errors_and_subsets(dataset_root):
+    root, _ = dataset_root
+    ds = LeRobotDataset(root)
+    with pytest.raises(ValueError, match=r"\['topview'\].*has \['corner', 'wrist'\]"):
+        ClipDataset(ds, cameras=["topview"], stats_normalize=False)
+    sub = ClipDataset(ds, cameras=["wrist"], image_size=None, episodes=[2], num_future_frames=0, stats_normalize=False)
+    assert len(sub) == ds.episode_lengths[2]
+    assert sub[0]["episode"] == 2 and sub[0]["index"] == ds.episode_starts[2]
+    assert sub[0]["video"].shape == (3, 1, 24, 24)

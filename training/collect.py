@@ -1,0 +1,260 @@
+"""Collect demonstrations into a LeRobot v3.0 dataset.
+
+    python -m training.collect --env wam_gym/MetaWorld-reach-v3 [--env ...] --episodes 20 \\
+        --agent expert|random --output DIR [--image-size 64] [--cameras corner gripperPOV] \\
+        [--seed 0] [--only-success] [--max-steps N] [--overwrite]
+    python -m training.collect --stats-only DIR      # recompute DIR/meta/stats.json
+
+Every step is recorded: the observation before the action, the action taken, the
+instruction as the task. Each env runs episodes with seeds ``seed, seed + 1, ...``;
+``--only-success`` keeps successful episodes only, trying new seeds up to 3x the count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from envs.contract import parse_image_size
+from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
+from training.data.lerobot import DatasetWriter, compute_stats
+
+AGENTS = ("expert", "random")
+DEFAULT_FPS = 20
+RETRY_FACTOR = 3
+# Feature names for suites whose state/action layout is known.
+_NAMES = {
+    "metaworld": (["hand_x", "hand_y", "hand_z", "gripper"], ["dx", "dy", "dz", "gripper"]),
+}
+
+
+def _make_env(env_id: str, image_size, cameras, max_steps):
+    import gymnasium
+
+    import envs
+
+    envs.suite_of(env_id)  # a clear error (with suggestions) for an unknown id
+    envs.register_envs()
+    kwargs: dict[str, Any] = {"image_size": image_size}
+    if cameras:
+        kwargs["cameras"] = tuple(cameras)
+    if max_steps is not None:
+        kwargs["max_episode_steps"] = int(max_steps)
+    return gymnasium.make(env_id, **kwargs)
+
+
+def _make_agent(kind: str, env_id: str, env, seed: int):
+    import envs
+    from agents import MetaWorldExpertAgent, RandomAgent
+
+    if kind == "expert":
+        if envs.suite_of(env_id).name != "metaworld":
+            raise ValueError(f"--agent expert covers Meta-World only (scripted policies); use --agent random for {env_id}")
+        return MetaWorldExpertAgent()
+    if kind == "random":
+        return RandomAgent(env.action_space, seed=seed)
+    raise ValueError(f"unknown agent {kind!r}; choose one of {AGENTS}")
+
+
+def collect(
+    envs: Sequence[str],
+    episodes: int,
+    output: str | Path,
+    agent: str = "expert",
+    image_size: int | Sequence[int] = 64,
+    cameras: Sequence[str] | None = None,
+    seed: int = 0,
+    only_success: bool = False,
+    max_steps: int | None = None,
+    overwrite: bool = False,
+    episodes_per_file: int = 50,
+    log: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
+    """Run ``agent`` in each env and write every kept episode to a dataset at ``output``.
+
+    Returns ``{"output", "fps", "cameras", "episodes", "frames", "dropped", "envs": {env_id:
+    {"episodes", "attempts", "successes", "success_rate", "dropped", "frames", "seeds"}}}``;
+    ``success_rate`` is over all attempted episodes.
+    """
+    import envs as envs_pkg
+
+    say = log or (lambda _msg: None)
+    if isinstance(envs, str):
+        envs = [envs]
+    if not envs:
+        raise ValueError("no envs to collect from")
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if agent not in AGENTS:
+        raise ValueError(f"unknown agent {agent!r}; choose one of {AGENTS}")
+    for env_id in envs:  # fail before any simulation for a misspelt id or a wrong agent
+        suite = envs_pkg.suite_of(env_id)
+        if agent == "expert" and suite.name != "metaworld":
+            raise ValueError(f"--agent expert covers Meta-World only (scripted policies); use --agent random for {env_id}")
+    size = parse_image_size(image_size)
+    output = Path(output).expanduser()
+
+    writer: DatasetWriter | None = None
+    per_env: dict[str, dict[str, Any]] = {}
+    try:
+        for env_id in envs:
+            env = _make_env(env_id, size, cameras, max_steps)
+            try:
+                fps = env.unwrapped.metadata.get("render_fps") or DEFAULT_FPS
+                env_cameras = tuple(env.observation_space["pixels"].spaces)
+                if writer is None:
+                    names = _NAMES.get(envs_pkg.suite_of(env_id).name, (None, None))
+                    state_dim = env.observation_space["state"].shape[0]
+                    action_dim = env.action_space.shape[0]
+                    writer = DatasetWriter(
+                        output,
+                        fps=fps,
+                        cameras=env_cameras,
+                        state_names=names[0] if names[0] and len(names[0]) == state_dim else None,
+                        action_names=names[1] if names[1] and len(names[1]) == action_dim else None,
+                        episodes_per_file=episodes_per_file,
+                        overwrite=overwrite,
+                    )
+                elif fps != writer.fps or env_cameras != writer.cameras:
+                    raise ValueError(
+                        f"{env_id} runs at {fps} fps with cameras {list(env_cameras)}, but the dataset records "
+                        f"{writer.fps} fps with {list(writer.cameras)}: one dataset needs one fps and camera set"
+                    )
+                policy = _make_agent(agent, env_id, env, seed)
+                per_env[env_id] = _run_env(env_id, env, policy, writer, episodes, seed, only_success, say)
+            finally:
+                env.close()
+        assert writer is not None
+        if not writer.num_episodes:
+            raise RuntimeError(f"no episode was kept (all failed with --only-success); nothing written to {output}")
+        writer.finalize()
+    except BaseException:
+        if writer is not None:
+            writer.__exit__(*sys.exc_info())  # keeps complete files of saved episodes, drops the rest
+        raise
+
+    summary = {
+        "output": str(output),
+        "fps": writer.fps,
+        "cameras": list(writer.cameras),
+        "episodes": writer.num_episodes,
+        "frames": writer.num_frames,
+        "dropped": sum(s["dropped"] for s in per_env.values()),
+        "envs": per_env,
+    }
+    say(format_summary(summary, only_success))
+    return summary
+
+
+def _run_env(env_id, env, policy, writer: DatasetWriter, episodes: int, seed: int, only_success: bool, say) -> dict[str, Any]:
+    budget = RETRY_FACTOR * episodes if only_success else episodes
+    kept = attempts = successes = frames = 0
+    seeds = []
+    while kept < episodes and attempts < budget:
+        episode_seed = seed + attempts
+        obs, info = env.reset(seed=episode_seed)
+        policy.reset()
+        success = bool(info.get("is_success", False))
+        steps = 0
+        while True:
+            action = policy.act(obs)
+            writer.add_frame(obs["pixels"], obs["state"], action, obs["instruction"])
+            obs, _reward, terminated, truncated, info = env.step(action)
+            steps += 1
+            success = success or bool(info.get("is_success", False))
+            if terminated or truncated:
+                break
+        attempts += 1
+        successes += success
+        if success or not only_success:
+            ep = writer.save_episode()
+            kept += 1
+            frames += steps
+            seeds.append(episode_seed)
+            say(f"{env_id} seed {episode_seed}: {'success' if success else 'failure'} in {steps} steps -> episode {ep}")
+        else:
+            writer.clear_episode()
+            say(f"{env_id} seed {episode_seed}: failure in {steps} steps, dropped (--only-success)")
+    if kept < episodes:
+        say(f"warning: {env_id}: only {kept} of {episodes} episodes succeeded in {attempts} attempts")
+    return {
+        "episodes": kept,
+        "attempts": attempts,
+        "successes": successes,
+        "success_rate": successes / attempts if attempts else None,
+        "dropped": attempts - kept,
+        "frames": frames,
+        "seeds": seeds,
+    }
+
+
+def format_summary(summary: dict[str, Any], only_success: bool = False) -> str:
+    rows = [("env", "episodes", "frames", "success")]
+    for env_id, s in summary["envs"].items():
+        rate = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.1f}% ({s['successes']}/{s['attempts']})"
+        rows.append((env_id, str(s["episodes"]), str(s["frames"]), rate))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]) for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    head = (
+        f"collected {summary['episodes']} episodes ({summary['frames']} frames at {summary['fps']} fps, "
+        f"cameras {', '.join(summary['cameras'])}) into {summary['output']}"
+    )
+    tail = []
+    if only_success:
+        tail.append(f"dropped {summary['dropped']} unsuccessful episodes (--only-success)")
+    return "\n".join([head, *lines, *tail])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.collect", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", dest="envs", action="append", metavar="ENV_ID", help="env id (repeat for several)")
+    parser.add_argument("--episodes", type=int, default=20, help="episodes per env (default 20)")
+    parser.add_argument("--agent", choices=AGENTS, default="expert")
+    parser.add_argument("--output", type=Path, help="dataset directory")
+    parser.add_argument("--image-size", type=int, nargs="+", default=[64], metavar="PX", help="SIZE or H W (default 64)")
+    parser.add_argument("--cameras", nargs="+", default=None, help="cameras to record (default: the env's)")
+    parser.add_argument("--seed", type=int, default=0, help="first episode seed (default 0)")
+    parser.add_argument("--only-success", action="store_true", help="keep successful episodes only (up to 3x tries)")
+    parser.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: the env's)")
+    parser.add_argument("--episodes-per-file", type=int, default=50, help="episodes per data/video file (default 50)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a dataset already at --output")
+    parser.add_argument("--stats-only", type=Path, metavar="DIR", help="recompute DIR/meta/stats.json and exit")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.stats_only is not None:
+            if args.envs:
+                parser.error("--stats-only takes no --env")
+            compute_stats(args.stats_only)
+            print(f"wrote {args.stats_only / 'meta' / 'stats.json'}")
+            return 0
+        if not args.envs or args.output is None:
+            parser.error("--env and --output are required (or --stats-only DIR)")
+        if len(args.image_size) not in (1, 2):
+            parser.error("--image-size takes SIZE or H W")
+        size = args.image_size[0] if len(args.image_size) == 1 else tuple(args.image_size)
+        collect(
+            args.envs,
+            args.episodes,
+            args.output,
+            agent=args.agent,
+            image_size=size,
+            cameras=args.cameras,
+            seed=args.seed,
+            only_success=args.only_success,
+            max_steps=args.max_steps,
+            overwrite=args.overwrite,
+            episodes_per_file=args.episodes_per_file,
+        )
+    except (ValueError, RuntimeError, FileExistsError, UnknownEnvError, MissingSimulatorError, MissingAssetsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Training samples for a WAM: a short clip from the current frame on, plus an action chunk.
+
+Sample ``(episode, t)``:
+
+* ``video``: float32 ``(3, 1 + num_future_frames, H, W * len(cameras))`` in [-1, 1], frames
+  ``t, t + s, ..., t + num_future_frames * s`` (``s = frame_stride``; past the episode's end
+  the last frame repeats), cameras side by side in the given order, each resized to
+  ``image_size`` with bilinear antialiasing when stored at another size. Pixels are mapped
+  ``x / 127.5 - 1`` and then resized, exactly as :class:`agents.wam.WAMPolicy` prepares an
+  observation at inference.
+* ``state``: float32 ``(S,)``; ``actions``: float32 ``(action_horizon, A)``, actions
+  ``t .. t + action_horizon - 1`` (the last action repeats past the end, flagged in
+  ``action_is_pad``). Both normalised by :class:`agents.wam.normalization.Normalizer` built
+  from the dataset's ``meta/stats.json`` (state mean/std, actions min/max -> [-1, 1]).
+* ``instruction``, ``index`` (the frame's global ``index`` in the dataset: stable across runs
+  and processes, so caches key on it), ``episode``, ``frame``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from training.data.lerobot import LeRobotDataset
+
+
+class ClipDataset(Dataset):
+    """Every (episode, frame) of a :class:`LeRobotDataset` as a clip sample (see module doc)."""
+
+    def __init__(
+        self,
+        dataset: LeRobotDataset | str | os.PathLike,
+        cameras: Sequence[str] | None = None,
+        image_size: int | Sequence[int] | None = (64, 64),
+        action_horizon: int = 16,
+        num_future_frames: int = 4,
+        frame_stride: int = 1,
+        stats_normalize: bool = True,
+        episodes: Sequence[int] | None = None,
+        load_video: bool = True,
+    ):
+        self.dataset = dataset if isinstance(dataset, LeRobotDataset) else LeRobotDataset(dataset, require_stats=stats_normalize)
+        ds = self.dataset
+        self.cameras = tuple(cameras) if cameras is not None else ds.cameras
+        if not self.cameras:
+            raise ValueError(f"no cameras: the dataset at {ds.root} has {list(ds.cameras)}")
+        missing = [c for c in self.cameras if c not in ds.cameras]
+        if missing:
+            raise ValueError(f"camera(s) {missing} are not in the dataset at {ds.root}; it has {list(ds.cameras)}")
+        if image_size is None:
+            image_size = ds.image_shape(self.cameras[0])[:2]
+        size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(s) for s in image_size)
+        if len(size) != 2 or min(size) < 1:
+            raise ValueError(f"image_size must be a positive int or (H, W), got {image_size!r}")
+        self.image_size: tuple[int, int] = size
+        checks = (
+            ("action_horizon", action_horizon, 1),
+            ("num_future_frames", num_future_frames, 0),
+            ("frame_stride", frame_stride, 1),
+        )
+        for name, value, low in checks:
+            if int(value) != value or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.action_horizon = int(action_horizon)
+        self.num_future_frames = int(num_future_frames)
+        self.frame_stride = int(frame_stride)
+        self.stats_normalize = bool(stats_normalize)
+        # False when the latents come from a cache: no decoding at all (``video`` is empty).
+        self.load_video = bool(load_video)
+        if self.stats_normalize:
+            from agents.wam.normalization import Normalizer
+
+            self.normalizer = Normalizer.from_stats_file(ds.stats_path)
+        else:
+            self.normalizer = None
+
+        eps = np.arange(ds.num_episodes) if episodes is None else np.asarray(sorted({int(e) for e in episodes}), dtype=np.int64)
+        bad = [int(e) for e in eps if not 0 <= e < ds.num_episodes]
+        if bad:
+            raise ValueError(f"episodes {bad} out of range: the dataset has {ds.num_episodes}")
+        self.episodes = eps
+        lengths = ds.episode_lengths[eps]
+        # position p -> (episode, frame): the episode is the last whose first position <= p
+        self._offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self._starts = ds.episode_starts
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    def sample_index(self, episode: int, frame: int) -> int:
+        """The global ``index`` of ``frame`` of ``episode`` (the value samples carry as ``index``)."""
+        ep = int(episode)
+        length = int(self.dataset.episode_lengths[ep])
+        if not 0 <= frame < length:
+            raise IndexError(f"frame {frame} out of range: episode {ep} has {length} frames")
+        return int(self._starts[ep] + frame)
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(episode, frame) of the sample at ``position`` (0 .. len - 1)."""
+        if not 0 <= position < len(self):
+            raise IndexError(f"sample {position} out of range: {len(self)} samples")
+        k = int(np.searchsorted(self._offsets, position, side="right") - 1)
+        return int(self.episodes[k]), int(position - self._offsets[k])
+
+    def __getitem__(self, position: int) -> dict[str, Any]:
+        position = int(position)
+        if position < 0:
+            position += len(self)
+        ep, t = self.locate(position)
+        ds = self.dataset
+        table = ds.episode_table(ep)
+        length = len(table["index"])
+        action_ids = t + np.arange(self.action_horizon)
+        is_pad = action_ids >= length
+        actions = table["action"][np.minimum(action_ids, length - 1)]
+        state = table["state"][t]
+        if self.normalizer is not None:
+            state = self.normalizer.normalize_state(state)
+            actions = self.normalizer.normalize_actions(actions)
+        return {
+            "video": self._video(ep, t, length) if self.load_video else torch.zeros(0),
+            "state": torch.from_numpy(np.asarray(state, dtype=np.float32).copy()),
+            "actions": torch.from_numpy(np.asarray(actions, dtype=np.float32).copy()),
+            "action_is_pad": torch.from_numpy(is_pad),
+            "instruction": ds.tasks[int(table["task_index"][t])],
+            "index": int(table["index"][t]),
+            "episode": ep,
+            "frame": t,
+        }
+
+    def _video(self, ep: int, t: int, length: int) -> torch.Tensor:
+        frame_ids = np.minimum(t + self.frame_stride * np.arange(self.num_future_frames + 1), length - 1)
+        views = []
+        for cam in self.cameras:
+            frames = self.dataset.episode_frames(ep, cam)[frame_ids]  # (F, H, W, 3) uint8
+            x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 127.5 - 1
+            if tuple(x.shape[-2:]) != self.image_size:
+                x = F.interpolate(x, size=self.image_size, mode="bilinear", antialias=True, align_corners=False)
+            views.append(x)
+        return torch.cat(views, dim=-1).permute(1, 0, 2, 3).contiguous()  # (3, F, H, W * cams)
