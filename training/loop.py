@@ -153,7 +153,7 @@ def train(cfg: TrainConfig) -> Path:
 
     bar = tqdm(total=cfg.max_steps, initial=engine.global_step, unit="step", disable=not engine.is_main_process,
                dynamic_ncols=True, desc=cfg.task)
-    batches, tick, seen = iter(loader), time.perf_counter(), 0
+    batches, tick, seen, batch = iter(loader), time.perf_counter(), 0, None
     model.train()
     while engine.global_step < cfg.max_steps:
         try:
@@ -177,13 +177,14 @@ def train(cfg: TrainConfig) -> Path:
             bar.set_postfix(loss=f"{losses['loss']:.4f}", samples_s=f"{rate:.1f}")
             _log_scalars(writer, step, {**losses, "lr": engine.lr, "samples_per_s": rate})
         if cfg.log_video_every and step % cfg.log_video_every == 0:
-            _log_prediction(writer, model, batch, text_features, step, device)
+            _log_prediction(writer, model, clips, batch, text_features, step, device)
         if step % cfg.save_every == 0 or step == cfg.max_steps:
             _checkpoint(engine, out, state, cfg.keep_checkpoints)
     bar.close()
     final = out / "checkpoint"
     if engine.is_main_process:
-        _log_prediction(writer, model, batch, text_features, engine.global_step, device)
+        batch = batch if batch is not None else next(iter(loader))  # a resumed, already finished run
+        _log_prediction(writer, model, clips, batch, text_features, engine.global_step, device)
         save_pretrained(engine.module, final)
         shutil.copyfile(Path(dataset.root) / "meta" / "stats.json", final / STATS_FILE)
         if writer:
@@ -234,13 +235,13 @@ def _log_scalars(writer, step: int, values: dict[str, float]) -> None:
 
 
 @torch.no_grad()
-def _log_prediction(writer, model, batch, text_features, step: int, device) -> None:
+def _log_prediction(writer, model, clips, batch, text_features, step: int, device) -> None:
     """Predicted future frames beside the real ones for the first clip of a batch."""
     if writer is None or model.config.video_mode != "joint":
         return
     was_training = model.training
     model.eval()
-    video = batch["video"][:1].to(device)
+    video = clips.video(int(batch["episode"][0]), int(batch["frame"][0]))[None].to(device)  # decoded even with a cache
     current = model.encode_video(video[:, :, :1])
     x0 = WAMPolicy(model).sample(current, batch["state"][:1].to(device), text_features(list(batch["instruction"][:1])))
     predicted = model.decode_latents(torch.cat([current, x0["video"]], dim=2))

@@ -124,7 +124,7 @@ class ClipDataset(Dataset):
             state = self.normalizer.normalize_state(state)
             actions = self.normalizer.normalize_actions(actions)
         return {
-            "video": self._video(ep, t, length) if self.load_video else torch.zeros(0),
+            "video": self.video(ep, t) if self.load_video else torch.zeros(0),
             "state": torch.from_numpy(np.asarray(state, dtype=np.float32).copy()),
             "actions": torch.from_numpy(np.asarray(actions, dtype=np.float32).copy()),
             "action_is_pad": torch.from_numpy(is_pad),
@@ -134,7 +134,9 @@ class ClipDataset(Dataset):
             "frame": t,
         }
 
-    def _video(self, ep: int, t: int, length: int) -> torch.Tensor:
+    def video(self, ep: int, t: int) -> torch.Tensor:
+        """The clip's frames (3, 1 + num_future_frames, H, W * cameras) in [-1, 1] (see the module doc)."""
+        length = int(self.dataset.episode_lengths[ep])
         frame_ids = np.minimum(t + self.frame_stride * np.arange(self.num_future_frames + 1), length - 1)
         views = []
         for cam in self.cameras:

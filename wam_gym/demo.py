@@ -1,0 +1,196 @@
+"""The embedded default, end to end on a CPU: ``python -m wam_gym.demo`` (what ``make demo`` runs).
+
+    1. collect   scripted-expert demos of the demo tasks        python -m training.collect
+    2. cache     VAE latents + text features of every clip      python scripts/video_cache.py
+    3. train     the tiny MoT WAM from the cache                python -m training task=demo +infra=cache
+    4. evaluate  WAM, scripted expert and random agent,         python -m wam_gym.eval
+                 closed loop through the broker, vector of env actors, videos with predicted frames
+    5. report    report.md / report.json: success per task, side by side
+
+Each stage is the real command a user would type (printed, logged to <output>/logs/); a
+stage whose outputs exist is skipped, so a rerun resumes. ``--quick`` shrinks everything to
+a smoke test. For a GPU run at real scale see the README ("The demo at real scale").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from wam_gym.eval.tasks import TASK_SETS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class DemoConfig:
+    output: str = "outputs/demo"
+    tasks: list[str] = field(default_factory=lambda: list(TASK_SETS["metaworld_demo"]))
+    episodes: int = 12  # expert demos per task
+    image_size: int = 48
+    train_steps: int = 1500
+    batch_size: int = 32
+    trials: int = 10  # evaluation episodes per task and agent
+    eval_seed: int = 1000  # demos use seeds 0.., evaluation unseen ones
+    max_episode_steps: int = 150
+    replan_steps: int = 8
+    inference_steps: int = 10
+    shift: float = 3.0
+    actors: int = 2  # rollout actors per model worker
+
+    @classmethod
+    def quick(cls, output: str) -> DemoConfig:
+        return cls(output=output, tasks=cls().tasks[:2], episodes=2, image_size=32, train_steps=4, batch_size=4,
+                   trials=1, max_episode_steps=12, inference_steps=2, actors=1)
+
+
+class Demo:
+    def __init__(self, config: DemoConfig):
+        self.config = config
+        self.out = Path(config.output).resolve()
+        self.logs = self.out / "logs"
+        self.timings: dict[str, float] = {}
+
+    # ----------------------------------------------------------------- stages
+    def run(self) -> dict:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.collect()
+        self.cache()
+        self.train()
+        for agent in ("wam", "expert", "random"):
+            self.evaluate(agent)
+        return self.report()
+
+    def _stage(self, name: str, command: list[str], done: Path, env: dict | None = None) -> None:
+        if done.exists():
+            print(f"[demo] {name}: done already ({done})")
+            return
+        print(f"[demo] {name}: {shlex.join(command)}", flush=True)
+        start = time.perf_counter()
+        log = self.logs / f"{name}.log"
+        with open(log, "w") as handle:
+            result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT,
+                                    env={**os.environ, **(env or {})})
+        self.timings[name] = round(time.perf_counter() - start, 1)
+        if result.returncode != 0:
+            tail = "\n".join(log.read_text().splitlines()[-15:])
+            sys.exit(f"[demo] {name} failed (exit {result.returncode}); log: {log}\n{tail}")
+        print(f"[demo] {name}: {self.timings[name]:.0f} s", flush=True)
+
+    def collect(self) -> None:
+        c = self.config
+        command = [sys.executable, "-m", "training.collect", "--episodes", str(c.episodes), "--agent", "expert",
+                   "--output", str(self.out / "data"), "--image-size", str(c.image_size), "--overwrite"]
+        for task in c.tasks:
+            command += ["--env", task]
+        self._stage("collect", command, self.out / "data" / "meta" / "info.json")
+
+    def _train_overrides(self) -> list[str]:
+        c = self.config
+        return [
+            "task=demo", f"dataset.root={self.out / 'data'}", f"output_dir={self.out / 'train'}",
+            f"model.image_size=[{c.image_size},{c.image_size}]", f"max_steps={c.train_steps}",
+            f"batch_size={c.batch_size}", "+infra=cache", "infra.compile=false",
+            f"save_every={max(1, c.train_steps // 3)}", f"warmup_steps={min(100, c.train_steps // 10)}",
+        ]
+
+    def cache(self) -> None:
+        command = [sys.executable, "scripts/video_cache.py", *self._train_overrides(), "video_latent_cache=generate"]
+        cache = self.out / "cache"
+        self._stage("cache", command, cache / "cache_meta.json", env={"WAM_LATENT_CACHE": str(cache)})
+
+    def train(self) -> None:
+        command = [sys.executable, "-m", "training", *self._train_overrides()]
+        self._stage("train", command, self.out / "train" / "checkpoint" / "wam_config.json",
+                    env={"WAM_LATENT_CACHE": str(self.out / "cache")})
+
+    def evaluate(self, agent: str) -> None:
+        c = self.config
+        out = self.out / "eval" / agent
+        tasks = ",".join(c.tasks)
+        command = [
+            sys.executable, "-m", "wam_gym.eval", f"EVALUATION.agent={agent}", f"MULTIRUN.task_sets=[{tasks}]",
+            f"EVALUATION.num_trials={c.trials}", f"EVALUATION.seed={c.eval_seed}",
+            f"EVALUATION.max_episode_steps={c.max_episode_steps}", f"EVALUATION.output_dir={out}",
+            f"MULTIRUN.env_num_per_worker={c.actors}", "MULTIRUN.inference_batch_wait_ms=20",
+        ]
+        if agent == "wam":
+            command += [
+                f"ckpt={self.out / 'train' / 'checkpoint'}", f"EVALUATION.replan_steps={c.replan_steps}",
+                f"EVALUATION.num_inference_steps={c.inference_steps}", f"EVALUATION.shift={c.shift}",
+                "EVALUATION.eval_save_video=true", "EVALUATION.visualize_future_video=true",
+                f"MULTIRUN.inference_batch_size={c.actors}",
+            ]
+        else:
+            command += [f"+env_kwargs.image_size={c.image_size}"]
+        self._stage(f"eval_{agent}", command, out / "results.json")
+
+    # ----------------------------------------------------------------- report
+    def report(self) -> dict:
+        results = {a: json.loads((self.out / "eval" / a / "results.json").read_text()) for a in ("wam", "expert", "random")}
+        rows = []
+        for task in self.config.tasks:
+            rate = {a: results[a]["tasks"].get(task, {}).get("success_rate") for a in results}
+            rows.append({"task": task, **rate, "wam_beats_random": (rate["wam"] or 0) > (rate["random"] or 0)})
+        videos = sorted(str(p.relative_to(self.out)) for p in (self.out / "eval" / "wam" / "videos").rglob("*.mp4"))
+        report = {
+            "config": asdict(self.config),
+            "tasks": rows,
+            "overall": {a: results[a]["overall"]["success_rate"] for a in results},
+            "tasks_where_wam_beats_random": sum(r["wam_beats_random"] for r in rows),
+            "broker": results["wam"].get("broker", {}),
+            "timings_s": self.timings,
+            "outputs": {
+                "dataset": "data/", "checkpoint": "train/checkpoint/", "tensorboard": ["train/tensorboard/",
+                "eval/wam/tensorboard/"], "videos": videos, "results": [f"eval/{a}/results.json" for a in results],
+            },
+        }
+        (self.out / "report.json").write_text(json.dumps(report, indent=2))
+        (self.out / "report.md").write_text(_markdown(report))
+        print(_markdown(report))
+        print(f"[demo] everything is under {self.out}")
+        return report
+
+
+def _markdown(report: dict) -> str:
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.0f}%"
+
+    lines = ["# wam_gym demo report", "", "| task | WAM | scripted expert | random |", "| --- | --- | --- | --- |"]
+    for row in report["tasks"]:
+        lines.append(f"| {row['task']} | {pct(row['wam'])} | {pct(row['expert'])} | {pct(row['random'])} |")
+    o = report["overall"]
+    lines += [f"| **overall** | {pct(o['wam'])} | {pct(o['expert'])} | {pct(o['random'])} |", "",
+              f"The WAM beats the random agent on {report['tasks_where_wam_beats_random']} of {len(report['tasks'])} tasks.",
+              "", f"Stage times (s): {report['timings_s']}", "",
+              "Outputs: dataset `data/`, checkpoint `train/checkpoint/`, tensorboard `train/tensorboard/` "
+              "(`tensorboard --logdir " + "train/tensorboard`), rollout videos with predicted frames beside them:"]
+    lines += [f"- `{v}`" for v in report["outputs"]["videos"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default="outputs/demo")
+    parser.add_argument("--quick", action="store_true", help="a seconds-to-minutes smoke run of every stage")
+    parser.add_argument("--train-steps", type=int)
+    parser.add_argument("--episodes", type=int)
+    parser.add_argument("--trials", type=int)
+    args = parser.parse_args(argv)
+    config = DemoConfig.quick(args.output) if args.quick else DemoConfig(output=args.output)
+    for name in ("train_steps", "episodes", "trials"):
+        if getattr(args, name) is not None:
+            setattr(config, name, getattr(args, name))
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    Demo(config).run()
+
+
+if __name__ == "__main__":
+    main()
