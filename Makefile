@@ -1,11 +1,12 @@
 # make test  - create .venv if needed, install, run the tests (what CI runs)
-# make demo  - the embedded default end to end (arrives with issue 6)
+# make demo  - the embedded default end to end: demos, a tiny WAM trained on the CPU, evaluation, report
 VENV        ?= .venv
 EXTRAS      ?= metaworld,train,ray,dev
 # Simulators whose MuJoCo pins clash with Meta-World's get a venv each (.venv-<name>);
 # `make test SUITE_VENVS=` skips them.
 SUITE_VENVS ?= robosuite libero maniskill
 PYTEST_ARGS ?=
+DEMO_DIR    ?= outputs/demo
 
 .PHONY: install test test-main test-suites demo list-envs bench clean
 
@@ -34,10 +35,8 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/inference.py
 	$(VENV)/bin/python bench/broker.py
 
-demo:
-	@echo "make demo arrives with issue 6 (collect demos, train a tiny WAM, evaluate through the broker)."
-	@echo "Today: make test, make list-envs, make bench."
-	@exit 2
+demo: $(VENV)/.installed
+	MUJOCO_GL=$${MUJOCO_GL:-egl} $(VENV)/bin/python -m wam_gym.demo --output $(DEMO_DIR)
 
 clean:
 	rm -rf $(VENV) .venv-* .pytest_cache
