@@ -19,10 +19,10 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +89,17 @@ def task_slug(task: str) -> str:
     return f"{readable}__{digest}"
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` so readers see the old file or the new one, never a partial one."""
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+    """Call ``write(f)`` on a temp file, then move it over ``path``: readers see the old
+    file or the new one, never a partial one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Same directory: os.replace is only atomic within one filesystem. Dot-prefixed ".tmp"
     # names are skipped by every scan, so a crash here leaves nothing that looks like a record.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -107,6 +108,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def _fsync_dir(directory: Path) -> None:

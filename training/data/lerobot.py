@@ -28,7 +28,6 @@ import logging
 import os
 import queue
 import shutil
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wam_gym.results import atomic_write_text
+from wam_gym.results import atomic_write, atomic_write_text
 from wam_gym.video import read_mp4, write_mp4
 
 log = logging.getLogger(__name__)
@@ -164,17 +163,7 @@ def _stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]]) -> str:
 
 # ----------------------------------------------------------------------------- file helpers
 def _atomic_write_parquet(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: pq.write_table(table, f))
 
 
 def _fixed_list(values: np.ndarray) -> pa.FixedSizeListArray:
