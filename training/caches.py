@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from wam_gym.results import atomic_write_text
 META_FILE = "cache_meta.json"
 TEXT_FILE = "text.safetensors"
 SHARD_SIZE = 256
+MAX_SHARDS = 64  # shards held in memory (256 clips each)
 FIELDS = ("video", "text")
 
 
@@ -83,7 +85,7 @@ class LatentCache:
             raise CacheMismatchError(
                 f"latent cache {directory} does not match this run ({detail}); regenerate it into a fresh directory"
             )
-        self._shards: dict[int, dict[str, torch.Tensor]] = {}
+        self._shards: OrderedDict[int, torch.Tensor] = OrderedDict()  # LRU of loaded shards
         self._text: dict[str, torch.Tensor] | None = None
 
     def require_video(self) -> None:
@@ -98,13 +100,17 @@ class LatentCache:
             )
 
     def video(self, indices: torch.Tensor) -> torch.Tensor:
-        rows = []
-        for index in indices.tolist():
-            shard = index // SHARD_SIZE
-            if shard not in self._shards:
-                self._shards = {shard: load_file(str(self.directory / _shard_name(shard)))}  # one shard in memory
-            rows.append(self._shards[shard]["video"][index - shard * SHARD_SIZE])
-        return torch.stack(rows)
+        return torch.stack([self._shard(i // SHARD_SIZE)[i % SHARD_SIZE] for i in indices.tolist()])
+
+    def _shard(self, shard: int) -> torch.Tensor:
+        # Shuffled batches touch many shards: keep the most recent MAX_SHARDS in memory.
+        if shard in self._shards:
+            self._shards.move_to_end(shard)
+        else:
+            self._shards[shard] = load_file(str(self.directory / _shard_name(shard)))["video"]
+            if len(self._shards) > MAX_SHARDS:
+                self._shards.popitem(last=False)
+        return self._shards[shard]
 
     def text(self) -> dict[str, torch.Tensor]:
         if self._text is None:

@@ -22,13 +22,13 @@ from torch.utils.data import DataLoader, Sampler
 
 from agents.wam.checkpoint import build_model, load_pretrained, save_pretrained
 from agents.wam.lora import LoraSettings, add_lora
-from agents.wam.policy import STATS_FILE, WAMPolicy
+from agents.wam.policy import STATS_FILE, InferenceConfig, WAMPolicy
 from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint
 from training.config import TrainConfig
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
 from training.engine import EngineConfig, checkpoint_dir, latest_checkpoint, make_engine
-from wam_gym.compile import CompileConfig, compile_module
+from wam_gym.compile import CompileConfig, compile_module, compiled_config
 
 logger = logging.getLogger(__name__)
 
@@ -243,11 +243,23 @@ def _log_prediction(writer, model, clips, batch, text_features, step: int, devic
     model.eval()
     video = clips.video(int(batch["episode"][0]), int(batch["frame"][0]))[None].to(device)  # decoded even with a cache
     current = model.encode_video(video[:, :, :1])
-    x0 = WAMPolicy(model).sample(current, batch["state"][:1].to(device), text_features(list(batch["instruction"][:1])))
+    x0 = WAMPolicy(model, _inference_config(model)).sample(current, batch["state"][:1].to(device),
+                                                           text_features(list(batch["instruction"][:1])))
     predicted = model.decode_latents(torch.cat([current, x0["video"]], dim=2))
     frames = torch.cat([video, predicted], dim=-1)  # real | predicted, side by side
     writer.add_video("train/predicted_frames", ((frames.permute(0, 2, 1, 3, 4) + 1) * 127.5).clamp(0, 255).byte(), step, fps=4)
     model.train(was_training)
+
+
+def _inference_config(model) -> InferenceConfig:
+    """Sampling settings for the logged prediction; they keep the compile the run applied to the
+    model (WAMPolicy refuses to change a compiled module's settings)."""
+    compiled = compiled_config(model)
+    if compiled is None:
+        return InferenceConfig()
+    return InferenceConfig(torch_compile=True, torch_compile_mode=compiled.mode, torch_compile_backend=compiled.backend,
+                           torch_compile_fullgraph=compiled.fullgraph, torch_compile_dynamic=compiled.dynamic,
+                           torch_compile_options=compiled.options)
 
 
 def _save_run_files(out: Path, cfg: TrainConfig, dataset, engine) -> None:
