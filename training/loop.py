@@ -79,6 +79,10 @@ def build(cfg: TrainConfig, device: torch.device):
     model_cfg.vae_micro_batch_size = cfg.vae_micro_batch_size
     if cfg.init_from:
         model = load_pretrained(cfg.init_from, vae_micro_batch_size=cfg.vae_micro_batch_size)
+        fixed = ("cameras", "image_size", "action_horizon", "num_future_frames", "state_dim", "action_dim")
+        ignored = [f for f in fixed if _as_list(getattr(model_cfg, f)) != _as_list(getattr(model.config, f))]
+        if ignored:
+            logger.warning("init_from=%s fixes the model's %s; the recipe's values are ignored", cfg.init_from, ignored)
     else:
         _fit_geometry(model_cfg, dataset)
         model = build_model(model_cfg)
@@ -97,6 +101,10 @@ def build(cfg: TrainConfig, device: torch.device):
     clips = ClipDataset(dataset, cameras=list(mc.cameras), image_size=tuple(mc.image_size), action_horizon=mc.action_horizon,
                         num_future_frames=mc.num_future_frames, frame_stride=stride, load_video=not cfg.infra.latent_cache)
     return model.to(device), dataset, clips
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _fit_geometry(model_cfg, dataset) -> None:
