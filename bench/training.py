@@ -14,12 +14,17 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import tempfile
 import time
 from datetime import date
 from pathlib import Path
 
-import torch
+# `python bench/training.py` puts bench/ first on sys.path, where this file would shadow the
+# `training` package.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import torch  # noqa: E402
 
 
 def config(dataset: str, output: str, args, cache: bool):
