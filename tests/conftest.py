@@ -17,3 +17,18 @@ def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
 @pytest.fixture
 def fresh_python():
     return run_python
+
+
+@pytest.fixture
+def no_shm_build(monkeypatch):
+    """Stub DeepSpeed's shm all-reduce op build (only inference_all_reduce uses it; it is minutes
+    of C++ on 2 cores) and restore the env vars DeepSpeed's setup sets."""
+    import importlib
+
+    ds_comm_torch = importlib.import_module("deepspeed.comm.torch")  # `deepspeed.comm.torch` is shadowed by torch
+    assert hasattr(ds_comm_torch, "build_shm_op"), "DeepSpeed moved build_shm_op: update this fixture"
+    monkeypatch.setattr(ds_comm_torch, "build_shm_op", lambda: None)
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)

@@ -7,7 +7,6 @@ stub the build out (``no_shm_build``); the one test that runs DeepSpeed untouche
 interpreter and with no launcher, is the ``slow`` zero2_offload one (it also builds ``cpu_adam``).
 """
 
-import importlib
 import json
 import os
 import random
@@ -389,18 +388,6 @@ def test_scripts_syntax_help_and_command(script):
 
 # ---------------------------------------------------------------------------------------------
 # DeepSpeed engine, single process (no launcher), in this interpreter
-
-
-@pytest.fixture
-def no_shm_build(monkeypatch):
-    """Stub DeepSpeed's shm all-reduce op build (see module docstring) and undo env changes."""
-    ds_comm_torch = importlib.import_module("deepspeed.comm.torch")  # `deepspeed.comm.torch` is shadowed by torch
-    assert hasattr(ds_comm_torch, "build_shm_op"), "DeepSpeed moved build_shm_op: update this fixture"
-    monkeypatch.setattr(ds_comm_torch, "build_shm_op", lambda: None)
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def ds_config(name: str, **overrides) -> EngineConfig:

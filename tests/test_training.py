@@ -160,19 +160,6 @@ def video_cache(dataset, tmp_path_factory) -> Path:
     return directory
 
 
-@pytest.fixture
-def no_shm_build(monkeypatch):
-    """As in tests/test_engine.py: stub DeepSpeed's shm all-reduce op build (only inference_all_reduce
-    uses it; it is minutes of C++ on 2 cores) and restore the env vars DeepSpeed's setup sets."""
-    ds_comm_torch = importlib.import_module("deepspeed.comm.torch")
-    assert hasattr(ds_comm_torch, "build_shm_op"), "DeepSpeed moved build_shm_op: update this fixture"
-    monkeypatch.setattr(ds_comm_torch, "build_shm_op", lambda: None)
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 # ---------------------------------------------------------------------------------------------
 # 1. what a run writes
 
