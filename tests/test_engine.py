@@ -569,7 +569,9 @@ def test_torchrun_two_ranks_zero2(tmp_path):
     proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(port), str(script), str(ROOT),
                            str(tmp_path)], capture_output=True, text=True, env=env, timeout=400, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = sorted(json.loads(line.split("RESULT ", 1)[1])["rank"] for line in proc.stdout.splitlines() if "RESULT " in line)
+    # Both ranks print to one pipe, so two RESULT records can share a line: decode each in turn.
+    decoder = json.JSONDecoder()
+    results = sorted(decoder.raw_decode(chunk)[0]["rank"] for chunk in proc.stdout.split("RESULT ")[1:])
     assert results == [0, 1]
 
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
