@@ -9,11 +9,8 @@ recipes are ``task=<name>`` (training/conf/task/), infra profiles ``+infra=onlin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from agents.wam.config import MoTConfig
-
-PRECISIONS = ("auto", "bf16", "fp32")
 
 
 @dataclass
@@ -95,7 +92,6 @@ class TrainConfig:
     video_latent_cache: str | None = None  # generate: write the cache and exit
     video_latent_cache_fields: list[str] = field(default_factory=lambda: ["video", "text"])
     precompute: PrecomputeConfig = field(default_factory=PrecomputeConfig)
-    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept with the run
 
 
 def register_configs() -> None:
