@@ -26,6 +26,7 @@ _SUITE_MODULES = (
     "envs.maniskill",
     "envs.robocasa",
     "envs.robotwin",
+    "envs.world_model",
 )
 
 

@@ -74,6 +74,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     video_dropout: float = 0.1  # batches trained action-only (for video_mode=action_only)
     action_weight: float = 1.0
+    world_model_prob: float = 0.0  # rows trained with clean actions, to predict what follows (world-model mode)
+    state_weight: float = 1.0  # of the next-state loss (models with action_expert.predict_state)
     vae_micro_batch_size: int | None = None
     seed: int = 0
     # DataLoader (EasyWAM's defaults and meaning)

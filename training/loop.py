@@ -97,7 +97,7 @@ def build(cfg: TrainConfig, device: torch.device):
     if cfg.model.backbone.use_gradient_checkpointing or cfg.infra.compile:
         model.enable_gradient_checkpointing()
     mc = model.config
-    stride = cfg.dataset.frame_stride or max(1, mc.action_horizon // max(1, mc.num_future_frames))
+    stride = cfg.dataset.frame_stride or mc.default_frame_stride
     clips = ClipDataset(dataset, cameras=list(mc.cameras), image_size=tuple(mc.image_size), action_horizon=mc.action_horizon,
                         num_future_frames=mc.num_future_frames, frame_stride=stride, load_video=not cfg.infra.latent_cache)
     return model.to(device), dataset, clips
@@ -212,7 +212,9 @@ def _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, 
     with engine.autocast():
         losses = engine.module.loss(
             latents, batch["actions"].to(device, non_blocking=non_blocking), batch["state"].to(device, non_blocking=non_blocking),
-            text, video_dropout=cfg.video_dropout, action_weight=cfg.action_weight, generator=generator,
+            text, next_states=batch["next_states"].to(device, non_blocking=non_blocking), video_dropout=cfg.video_dropout,
+            world_model_prob=cfg.world_model_prob, action_weight=cfg.action_weight, state_weight=cfg.state_weight,
+            generator=generator,
         )
     if not torch.isfinite(losses["loss"]):
         raise FloatingPointError(f"loss became {losses['loss'].item()} at micro-step {micro_step}; lower lr or use fp32")

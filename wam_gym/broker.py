@@ -182,16 +182,14 @@ class BrokerClient:
             request = Request(self.actor_id, rid, unbatch(obs, row), noise_seeds[row], time.monotonic())
             self.inbound.put(("request", request, None))
         answers = self._collect(set(ids))
-        actions = np.stack([answers[r][0] for r in ids])
-        videos = [answers[r][1] for r in ids]
-        return Prediction(actions, None if videos[0] is None else np.stack(videos))
+        return Prediction.stack([answers[r] for r in ids])
 
-    def _collect(self, pending: set[int]) -> dict[int, tuple]:
+    def _collect(self, pending: set[int]) -> dict[int, Any]:
         answers = {}
         parent = os.getppid()
         while pending:
             try:
-                rid, actions, video, error = self.replies.get(timeout=30)
+                rid, row, error = self.replies.get(timeout=30)
             except queue.Empty:
                 if os.getppid() != parent:  # the manager (and its broker) is gone
                     raise BrokerError("the evaluation manager exited; this actor stops") from None
@@ -200,7 +198,7 @@ class BrokerClient:
                 continue  # a late answer to a call abandoned after an error
             if error is not None:
                 raise RemoteInferenceError(error)
-            answers[rid] = (actions, video)
+            answers[rid] = row
             pending.discard(rid)
         return answers
 
@@ -352,10 +350,10 @@ class InferenceBroker:
         self.stats.model_s.append(result.model_seconds)
         if result.error is not None:
             for r in requests:
-                self._reply(r.actor_id, (r.request_id, None, None, f"{result.error_type}: {result.error}"))
+                self._reply(r.actor_id, (r.request_id, None, f"{result.error_type}: {result.error}"))
             return
-        for actor_id, request_id, actions, video in result.replies:
-            self._reply(actor_id, (request_id, actions, video, None))
+        for actor_id, request_id, row in result.replies:
+            self._reply(actor_id, (request_id, row, None))
 
     def _reply(self, actor_id: int, message) -> None:
         with self._lock:

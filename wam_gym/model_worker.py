@@ -27,7 +27,7 @@ class BatchResult:
 
     batch_id: int
     worker_id: int
-    replies: list[tuple[int, int, np.ndarray, np.ndarray | None]]  # (actor, request, actions, video)
+    replies: list[tuple[int, int, Any]]  # (actor, request, that request's row of the Prediction)
     model_seconds: float
     error: str | None = None  # a formatted exception: the batch's requests fail with it
     error_type: str | None = None
@@ -75,10 +75,7 @@ class ModelServer:
             return BatchResult(batch_id, self.worker_id, [], time.perf_counter() - start,
                                error="".join(traceback.format_exception_only(exc)).strip(),
                                error_type=type(exc).__name__)
-        replies = [
-            (r.actor_id, r.request_id, prediction.actions[i], None if prediction.video is None else prediction.video[i])
-            for i, r in enumerate(requests)
-        ]
+        replies = [(r.actor_id, r.request_id, prediction.row(i)) for i, r in enumerate(requests)]
         return BatchResult(batch_id, self.worker_id, replies, time.perf_counter() - start)
 
 

@@ -54,6 +54,7 @@ class ActionExpert(ModelMixin, ConfigMixin):
         max_actions: int = 16,
         freq_dim: int = 32,
         eps: float = 1e-6,
+        predict_state: bool = False,
     ):
         super().__init__()
         self.state_in = nn.Linear(state_dim, dim)
@@ -69,6 +70,8 @@ class ActionExpert(ModelMixin, ConfigMixin):
         self.norm_out = FP32LayerNorm(dim, eps, elementwise_affine=False)
         self.scale_shift_table = nn.Parameter(torch.randn(1, 2, dim) / dim**0.5)
         self.proj_out = nn.Linear(dim, action_dim)
+        # World-model mode: the state after each action, read off that action's token.
+        self.state_out = nn.Linear(dim, state_dim) if predict_state else None
 
     def embed(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """(B, S) state and (B, T, A) actions -> (B, 1 + T, dim) tokens."""
@@ -82,3 +85,9 @@ class ActionExpert(ModelMixin, ConfigMixin):
         shift, scale = (self.scale_shift_table + temb.float()[:, None]).chunk(2, dim=1)
         hidden = (self.norm_out(tokens[:, 1:].float()) * (1 + scale) + shift).type_as(tokens)
         return self.proj_out(hidden)
+
+    def next_states(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Action tokens (state token dropped) -> (B, T, S): the normalised state after each action."""
+        if self.state_out is None:
+            raise ValueError("this action expert has no state head: train with model.action_expert.predict_state=true")
+        return self.state_out(self.norm_out(tokens[:, 1:].float()).type_as(tokens))

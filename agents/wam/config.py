@@ -62,6 +62,7 @@ class ActionExpertConfig:
     ffn_dim: int = 64
     freq_dim: int = 32
     eps: float = 1e-6
+    predict_state: bool = False  # a head for the state after each action (world-model mode)
 
 
 @dataclass
@@ -152,6 +153,11 @@ class MoTConfig:
     def spatial_multiple(self) -> int:
         """Pixels per video token side: the VAE's spatial factor times the transformer patch."""
         return self.vae.scale_factor_spatial * self.backbone.patch_size[1]
+
+    @property
+    def default_frame_stride(self) -> int:
+        """Env steps between predicted frames when a recipe does not say: the future spans the chunk."""
+        return max(1, self.action_horizon // max(1, self.num_future_frames))
 
     @property
     def latent_frames(self) -> int:

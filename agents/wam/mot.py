@@ -70,6 +70,7 @@ class MoTWAM(nn.Module):
             max_actions=config.action_horizon,
             freq_dim=config.action_expert.freq_dim,
             eps=config.action_expert.eps,
+            predict_state=config.action_expert.predict_state,
         )
         self.vae = vae or AutoencoderKLWan(**config.vae.vae_kwargs())
         te = config.text_encoder
@@ -111,8 +112,8 @@ class MoTWAM(nn.Module):
     def projector_modules(self) -> list[nn.Module]:
         """Input/output projections and condition embedders of both experts (precision group)."""
         tr, ax = self.transformer, self.action_expert
-        return [tr.patch_embedding, tr.condition_embedder, tr.proj_out,
-                ax.state_in, ax.action_in, ax.condition_embedder, ax.proj_out]
+        heads = [ax.proj_out] if ax.state_out is None else [ax.proj_out, ax.state_out]
+        return [tr.patch_embedding, tr.condition_embedder, tr.proj_out, ax.state_in, ax.action_in, ax.condition_embedder, *heads]
 
     def _apply_precision(self) -> None:
         p = self.config.encoder_mode
@@ -192,14 +193,16 @@ class MoTWAM(nn.Module):
         state: torch.Tensor,
         text: torch.Tensor,
         cross_kv: dict | None = None,
-    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        return_state: bool = False,
+    ) -> tuple[torch.Tensor | None, ...]:
         """Flow velocities of the future latents and of the actions.
 
         latents (B, C, F, h, w): the clean current frame, then F-1 noisy future frames at
         ``video_sigma`` (B,) (F = 1: action-only). actions (B, T, A) noisy at ``action_sigma``
         (B,); state (B, S); text (B, Lt, text_dim) from :meth:`encode_prompt`. ``cross_kv``: a
         dict kept for the whole inference call to reuse the text's cross-attention K/V.
-        Returns (B, C, F-1, h, w) (None when F = 1) and (B, T, A).
+        Returns (B, C, F-1, h, w) (None when F = 1) and (B, T, A); with ``return_state`` also
+        (B, T, S), the normalised state after each action (needs ``action_expert.predict_state``).
         """
         tr, ax = self.transformer, self.action_expert
         b, _, frames, h, w = latents.shape
@@ -232,11 +235,13 @@ class MoTWAM(nn.Module):
 
         with self._precision("projectors") as dtype:
             action_velocity = ax.head(xa.to(dtype), temb_a).float()
-            if frames == 1:
-                return None, action_velocity
-            future = xv[:, per_frame:].to(dtype)
-            video_velocity = self._video_head(future, temb_v[:, per_frame:], (frames - 1, h // p_h, w // p_w))
-        return video_velocity.float(), action_velocity
+            video_velocity = None
+            if frames > 1:
+                future = xv[:, per_frame:].to(dtype)
+                video_velocity = self._video_head(future, temb_v[:, per_frame:], (frames - 1, h // p_h, w // p_w)).float()
+            if return_state:
+                return video_velocity, action_velocity, ax.next_states(xa.to(dtype)).float()
+        return video_velocity, action_velocity
 
     def _project_text(self, text: torch.Tensor, cross_kv: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         if cross_kv is not None and "text" in cross_kv:
@@ -268,14 +273,21 @@ class MoTWAM(nn.Module):
         state: torch.Tensor,
         text: torch.Tensor,
         *,
+        next_states: torch.Tensor | None = None,
         video_dropout: float = 0.0,
+        world_model_prob: float = 0.0,
         action_weight: float = 1.0,
+        state_weight: float = 1.0,
         generator: torch.Generator | None = None,
     ) -> dict[str, torch.Tensor]:
         """Flow-matching loss on a clip's normalised latents (B, C, F, h, w) (frame 0 = the
         current frame) and normalised actions (B, T, A). Video and actions draw independent
         noise levels (logit-normal), so either can be denoised while the other is noisy.
-        ``video_dropout`` is the chance a batch is trained action-only (video_mode=action_only)."""
+
+        ``video_dropout``: the chance a batch is trained action-only (video_mode=action_only).
+        ``world_model_prob``: the chance a row gets its actions clean (noise level 0) and learns
+        only the video (and, with ``next_states`` (B, T, S) and a state head, the states) that
+        follow from them: the world-model mode of :class:`agents.wam.world_model.WorldModel`."""
         b, device = latents.shape[0], latents.device
         # Draws happen on the CPU generator so a seeded loss is the same on every device.
         sigma_v, sigma_a = torch.sigmoid(torch.randn(2, b, generator=generator)).to(device)
@@ -283,12 +295,35 @@ class MoTWAM(nn.Module):
         current, future = latents[:, :, :1], latents[:, :, 1:]
         noise_v = torch.randn(future.shape, generator=generator).to(device)
         noise_a = torch.randn(actions.shape, generator=generator).to(device)
+        given = torch.zeros(b, dtype=torch.bool)
+        if world_model_prob > 0 and not action_only:  # drawn only when used: other runs keep their noise
+            given = torch.rand(b, generator=generator) < world_model_prob
+        given = given.to(device)
+        sigma_a = torch.where(given, torch.zeros_like(sigma_a), sigma_a)
         noisy_actions = _interpolate(actions, noise_a, sigma_a)
         video_in = current if action_only else torch.cat([current, _interpolate(future, noise_v, sigma_v)], 2)
-        video_pred, action_pred = self(video_in, sigma_v, noisy_actions, sigma_a, state, text)
-        action_loss = F.mse_loss(action_pred, noise_a - actions)
+        with_state = next_states is not None and self.action_expert.state_out is not None
+        video_pred, action_pred, *state_pred = self(
+            video_in, sigma_v, noisy_actions, sigma_a, state, text, return_state=with_state
+        )
+        action_loss = _row_mean_loss(action_pred, noise_a - actions, ~given)
         video_loss = torch.zeros((), device=device) if action_only else F.mse_loss(video_pred, noise_v - future)
-        return {"loss": video_loss + action_weight * action_loss, "video_loss": video_loss, "action_loss": action_loss}
+        losses = {"video_loss": video_loss, "action_loss": action_loss}
+        total = video_loss + action_weight * action_loss
+        if with_state:
+            # Trained where the actions were given, as in world-model inference (all rows if none are).
+            rows = given if world_model_prob > 0 else torch.ones_like(given)
+            losses["state_loss"] = _row_mean_loss(state_pred[0], next_states.to(device), rows)
+            total = total + state_weight * losses["state_loss"]
+        return {"loss": total, **losses}
+
+
+def _row_mean_loss(pred: torch.Tensor, target: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """MSE over the selected rows (0 when none are); plain MSE when all are, bit for bit."""
+    if bool(rows.all()):
+        return F.mse_loss(pred, target)
+    per_row = ((pred - target) ** 2).flatten(1).mean(1)
+    return (per_row * rows).sum() / rows.sum().clamp(min=1)
 
 
 def _interpolate(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:

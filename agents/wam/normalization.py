@@ -64,6 +64,11 @@ class Normalizer:
             return state.astype(np.float32)
         return ((state - self.state_mean) / np.maximum(self.state_std, _EPS)).astype(np.float32)
 
+    def unnormalize_state(self, state: np.ndarray) -> np.ndarray:
+        if self.identity:
+            return state.astype(np.float32)
+        return (state * np.maximum(self.state_std, _EPS) + self.state_mean).astype(np.float32)
+
     def normalize_actions(self, actions: np.ndarray) -> np.ndarray:
         if self.identity:
             return actions.astype(np.float32)

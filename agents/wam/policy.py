@@ -62,7 +62,24 @@ class InferenceConfig:
 class Prediction:
     actions: np.ndarray  # (B, action_horizon, action_dim) float32, in the env's units
     video: np.ndarray | None = None  # (B, 1 + num_future_frames, H, W * cameras, 3) uint8
+    states: np.ndarray | None = None  # (B, action_horizon, state_dim): the state after each action (world model)
     info: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, i: int) -> Prediction:
+        """Row ``i`` with its batch axis kept (a batch of one), e.g. to send one request's answer."""
+        def pick(x):
+            return None if x is None else x[i : i + 1]
+
+        return Prediction(self.actions[i : i + 1], pick(self.video), pick(self.states))
+
+    @staticmethod
+    def stack(rows: Sequence[Prediction]) -> Prediction:
+        """Join batches (e.g. rows answered by different model calls) along the batch axis."""
+        def cat(name):
+            parts = [getattr(r, name) for r in rows]
+            return None if parts[0] is None else np.concatenate(parts)
+
+        return Prediction(cat("actions"), cat("video"), cat("states"))
 
 
 class WAMPolicy:

@@ -10,7 +10,8 @@ Sample ``(episode, t)``:
   observation at inference.
 * ``state``: float32 ``(S,)``; ``actions``: float32 ``(action_horizon, A)``, actions
   ``t .. t + action_horizon - 1`` (the last action repeats past the end, flagged in
-  ``action_is_pad``). Both normalised by :class:`agents.wam.normalization.Normalizer` built
+  ``action_is_pad``). ``next_states``: float32 ``(action_horizon, S)``, the state after each
+  of those actions (frames ``t + 1 ..``, the last repeating), for world-model training. All normalised by :class:`agents.wam.normalization.Normalizer` built
   from the dataset's ``meta/stats.json`` (state mean/std, actions min/max -> [-1, 1]).
 * ``instruction``, ``index`` (the frame's global ``index`` in the dataset: stable across runs
   and processes, so caches key on it), ``episode``, ``frame``.
@@ -120,14 +121,17 @@ class ClipDataset(Dataset):
         is_pad = action_ids >= length
         actions = table["action"][np.minimum(action_ids, length - 1)]
         state = table["state"][t]
+        next_states = table["state"][np.minimum(action_ids + 1, length - 1)]
         if self.normalizer is not None:
             state = self.normalizer.normalize_state(state)
+            next_states = self.normalizer.normalize_state(next_states)
             actions = self.normalizer.normalize_actions(actions)
         return {
             "video": self.video(ep, t) if self.load_video else torch.zeros(0),
             "state": torch.from_numpy(np.asarray(state, dtype=np.float32).copy()),
             "actions": torch.from_numpy(np.asarray(actions, dtype=np.float32).copy()),
             "action_is_pad": torch.from_numpy(is_pad),
+            "next_states": torch.from_numpy(np.asarray(next_states, dtype=np.float32).copy()),
             "instruction": ds.tasks[int(table["task_index"][t])],
             "index": int(table["index"][t]),
             "episode": ep,

@@ -1,0 +1,125 @@
+"""The world-model interaction loop (UnifoLM-WMA's ``world_model_interaction.py``).
+
+Each of ``--n_iter`` iterations: a policy predicts an action chunk from the current
+observation, the world model imagines the frames that chunk leads to, and the last imagined
+frame (and predicted state) is the next observation. ``--replay`` drives the loop with the
+dataset's own actions instead, so the imagined video can be scored against the real one.
+
+    python scripts/world_model_interaction.py --world_model outputs/demo/checkpoint \
+        --dataset outputs/demo/data --replay --episode 0 --n_iter 4 --output_dir outputs/imagine
+
+Writes ``imagined.mp4`` (the start frame, then every imagined frame), with ``--replay`` also
+``gt.mp4`` (the dataset's frames at the same times), ``interaction.mp4`` (the two side by
+side) and ``score.json`` (per-frame PSNR/SSIM, as scripts/psnr_score.py computes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from wam_gym.video import tile, write_mp4  # noqa: E402
+
+logger = logging.getLogger("world_model_interaction")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world_model", required=True, help="WAM checkpoint directory used as the simulator")
+    p.add_argument("--dataset", required=True, help="LeRobot dataset whose episode the loop starts from")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--policy", help="WAM checkpoint directory that picks the actions")
+    source.add_argument("--replay", action="store_true", help="drive the loop with the dataset's actions")
+    p.add_argument("--episode", type=int, default=0)
+    p.add_argument("--start_frame", type=int, default=0)
+    p.add_argument("--n_iter", type=int, default=4, help="policy -> world model iterations")
+    p.add_argument("--num_inference_steps", type=int, default=10)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fps", type=int, default=5)
+    p.add_argument("--output_dir", required=True)
+    return p.parse_args(argv)
+
+
+def _policy(args):
+    if args.replay:
+        return None
+    from agents.wam.policy import InferenceConfig, WAMPolicy
+
+    config = InferenceConfig(num_inference_steps=args.num_inference_steps, seed=args.seed)
+    return WAMPolicy.from_checkpoint(args.policy, config, device=args.device)
+
+
+def _chunk(policy, obs, actions: np.ndarray | None, t: int, k: int) -> np.ndarray:
+    if policy is None:  # replay: the dataset's next k actions (the last repeats past the end)
+        return actions[np.minimum(t + np.arange(k), len(actions) - 1)]
+    batch = {"pixels": {c: v[None] for c, v in obs["pixels"].items()}, "state": obs["state"][None],
+             "instruction": [obs["instruction"]]}
+    return policy.predict(batch).actions[0]
+
+
+def run(args: argparse.Namespace) -> dict:
+    import envs
+    from wam_gym.metrics import per_frame_psnr, per_frame_ssim, resize_video
+
+    env = envs.make("wam_gym/WorldModel-v0", checkpoint=args.world_model, dataset=args.dataset, device=args.device,
+                    num_inference_steps=args.num_inference_steps).unwrapped
+    obs, _ = env.reset(seed=args.seed, options={"episode_index": args.episode, "start_frame": args.start_frame})
+    policy = _policy(args)
+    table = env.data.episode_table(args.episode)
+    length, k, stride = len(table["index"]), env.steps_per_call, env.frame_stride
+    cams, size = env.cameras, env.model_config.image_size
+    imagined = [tile([obs["pixels"][c] for c in cams])]
+    times, done = [args.start_frame], 0
+    for i in range(args.n_iter):
+        t = args.start_frame + i * k
+        if args.replay and t >= length - 1:
+            logger.info("episode %d ends at frame %d: stopping after %d iterations", args.episode, length, i)
+            break
+        obs, _, _, _, info = env.step(_chunk(policy, obs, table["action"], t, k))
+        imagined.extend(info["imagined_frames"])
+        times.extend(t + stride * np.arange(1, len(info["imagined_frames"]) + 1))
+        done += 1
+    out = Path(args.output_dir)
+    write_mp4(out / "imagined.mp4", np.stack(imagined), fps=args.fps)
+    result = {"episode": args.episode, "frames": len(imagined), "iterations": done,
+              "imagined_video": str(out / "imagined.mp4")}
+    if args.replay:
+        ids = np.minimum(np.asarray(times), length - 1)
+        gt = np.stack([tile([resize_video(env.data.episode_frames(args.episode, c)[j], size) for c in cams]) for j in ids])
+        pred = np.stack(imagined)
+        write_mp4(out / "gt.mp4", gt, fps=args.fps)
+        write_mp4(out / "interaction.mp4", np.concatenate([gt, pred], axis=2), fps=args.fps)
+        psnr = np.minimum(per_frame_psnr(gt, pred), 100.0)
+        ssim = per_frame_ssim(gt, pred)
+        # Frame 0 is the real start frame, given to the model: only imagined frames are scored.
+        result.update(gt_video=str(out / "gt.mp4"), psnr=float(psnr[1:].mean()), ssim=float(ssim[1:].mean()),
+                      per_frame_psnr=psnr[1:].tolist(), per_frame_ssim=ssim[1:].tolist())
+    (out / "score.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parse_args(argv)
+    try:
+        result = run(args)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary = f"{result['frames']} frames -> {args.output_dir}/imagined.mp4"
+    if "psnr" in result:
+        summary += f"; PSNR {result['psnr']:.2f} dB, SSIM {result['ssim']:.3f} against the dataset"
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
