@@ -189,7 +189,8 @@ def test_world_model_training_learns_states_from_given_actions():
 
 
 def _interaction():
-    spec = importlib.util.spec_from_file_location("world_model_interaction", Path(__file__).parents[1] / "scripts" / "world_model_interaction.py")
+    path = Path(__file__).parents[1] / "scripts" / "world_model_interaction.py"
+    spec = importlib.util.spec_from_file_location("world_model_interaction", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

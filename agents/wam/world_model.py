@@ -42,7 +42,8 @@ class WorldModel(WAMPolicy):
         """(B, n, A) env-unit actions, n <= horizon, padded by repeating the last -> normalised (B, T, A)."""
         cfg = self.model.config
         actions = np.asarray(actions)
-        if actions.ndim != 3 or actions.shape[0] != batch or actions.shape[2] != cfg.action_dim or not 1 <= actions.shape[1] <= cfg.action_horizon:
+        shape_ok = actions.ndim == 3 and actions.shape[0] == batch and actions.shape[2] == cfg.action_dim
+        if not (shape_ok and 1 <= actions.shape[1] <= cfg.action_horizon):
             raise ValueError(
                 f"action is {actions.dtype} {actions.shape}; the world model needs float (B, n, {cfg.action_dim}) "
                 f"with B={batch} and 1 <= n <= action_horizon={cfg.action_horizon}"

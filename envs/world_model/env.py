@@ -96,7 +96,9 @@ class WorldModelEnv(gym.Env):
         self.data = LeRobotDataset(dataset, require_stats=False)
         missing = [c for c in cfg.cameras if c not in self.data.cameras]
         if missing:
-            raise ValueError(f"the checkpoint's cameras {missing} are not in the dataset at {dataset} ({list(self.data.cameras)})")
+            raise ValueError(
+                f"the checkpoint's cameras {missing} are not in the dataset at {dataset}: {list(self.data.cameras)}"
+            )
         self.episodes = list(range(self.data.num_episodes)) if episodes is None else [int(e) for e in episodes]
         self.frame_stride = int(frame_stride or cfg.default_frame_stride)
         self.steps_per_call = cfg.num_future_frames * self.frame_stride

@@ -11,8 +11,9 @@ Sample ``(episode, t)``:
 * ``state``: float32 ``(S,)``; ``actions``: float32 ``(action_horizon, A)``, actions
   ``t .. t + action_horizon - 1`` (the last action repeats past the end, flagged in
   ``action_is_pad``). ``next_states``: float32 ``(action_horizon, S)``, the state after each
-  of those actions (frames ``t + 1 ..``, the last repeating), for world-model training. All normalised by :class:`agents.wam.normalization.Normalizer` built
-  from the dataset's ``meta/stats.json`` (state mean/std, actions min/max -> [-1, 1]).
+  of those actions (frames ``t + 1 ..``, the last repeating), for world-model training. All
+  normalised by :class:`agents.wam.normalization.Normalizer` built from the dataset's
+  ``meta/stats.json`` (state mean/std, actions min/max -> [-1, 1]).
 * ``instruction``, ``index`` (the frame's global ``index`` in the dataset: stable across runs
   and processes, so caches key on it), ``episode``, ``frame``.
 """
