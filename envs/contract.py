@@ -178,7 +178,8 @@ class SuiteEnv(gym.Env, ABC):
                 f"for a batch of envs use a VectorEnv, which takes shape (num_envs, *{expected})"
             )
         if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{self.suite} action contains NaN or inf: {arr}")
+            raise ValueError(f"{self.suite} action contains NaN or inf: {arr}; send finite actions "
+                             "(the policy that produced it diverged: check its inputs and weights)")
         return arr
 
     def _observation(self) -> dict[str, Any]:

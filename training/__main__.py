@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from training.config import TrainConfig, register_configs
+from wam_gym.cli import fail, run_hydra
 
 register_configs()
 
@@ -22,15 +22,15 @@ register_configs()
 @hydra.main(version_base=None, config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     from training.loop import train
+    from wam_gym.attention import AttentionBackendError
 
     logging.getLogger().setLevel(logging.INFO)
-    config: TrainConfig = OmegaConf.to_object(cfg)
     try:
+        config: TrainConfig = OmegaConf.to_object(cfg)  # the dataclasses' own checks raise ValueError here
         train(config)
-    except (ValueError, FileNotFoundError, FloatingPointError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
+    except (ValueError, FileNotFoundError, FloatingPointError, AttentionBackendError) as exc:
+        fail(exc)  # these messages name their fix: one line, no traceback
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra(main, "python -m training task=<recipe>")

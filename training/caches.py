@@ -83,7 +83,8 @@ class LatentCache:
         if wrong:
             detail = "; ".join(f"{k}: cache {a!r} vs run {b!r}" for k, (a, b) in wrong.items())
             raise CacheMismatchError(
-                f"latent cache {directory} does not match this run ({detail}); regenerate it into a fresh directory"
+                f"latent cache {directory} does not match this run ({detail}); regenerate it into a fresh directory: "
+                "WAM_LATENT_CACHE=<new dir> python scripts/video_cache.py <this run's overrides> video_latent_cache=generate"
             )
         self._shards: OrderedDict[int, torch.Tensor] = OrderedDict()  # LRU of loaded shards
         self._text: dict[str, torch.Tensor] | None = None

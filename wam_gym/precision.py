@@ -26,7 +26,8 @@ MODES = ("fp32", "autocast", "bf16_full")
 
 def _check_mode(mode: str, name: str = "mode") -> None:
     if mode not in MODES:
-        raise ValueError(f"{name}={mode!r} is not a precision mode; expected one of {MODES}")
+        raise ValueError(f"{name}={mode!r} is not a precision mode; expected one of {MODES} "
+                         "(bf16 weights: bf16_full; fp32 weights with bf16 matmuls: autocast)")
 
 
 @dataclass
@@ -40,7 +41,7 @@ class PrecisionConfig:
 
     def __post_init__(self) -> None:
         for name, mode in self.items():
-            _check_mode(mode, name)
+            _check_mode(mode, f"encoder_mode.{name}")
 
     @classmethod
     def uniform(cls, mode: str) -> PrecisionConfig:

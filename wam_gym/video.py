@@ -19,15 +19,17 @@ import imageio.v2 as imageio
 import numpy as np
 
 log = logging.getLogger(__name__)
+_RGB = "pass RGB images, one (H, W, 3) array per frame (grey ones: np.stack([x] * 3, -1))"
+_TO_UINT8 = "convert with (np.clip(x, 0, 1) * 255).astype(np.uint8) for [0, 1] floats"
 
 
 def _check_frame(frame: np.ndarray, index: int, shape: tuple[int, ...] | None) -> np.ndarray:
     """``frame`` as a contiguous uint8 (H, W, 3) array of the expected ``shape``."""
     frame = np.asarray(frame)
     if frame.dtype != np.uint8:
-        raise ValueError(f"frame {index}: dtype must be uint8, got {frame.dtype}")
+        raise ValueError(f"frame {index}: dtype must be uint8, got {frame.dtype}; {_TO_UINT8}")
     if frame.ndim != 3 or frame.shape[-1] != 3 or 0 in frame.shape:
-        raise ValueError(f"frame {index}: shape must be (H, W, 3), got {frame.shape}")
+        raise ValueError(f"frame {index}: shape must be (H, W, 3), got {frame.shape}; {_RGB}")
     if shape is not None and frame.shape != shape:
         raise ValueError(f"frame {index}: shape {frame.shape} differs from the first frame's {shape}")
     return np.ascontiguousarray(frame)
@@ -36,9 +38,9 @@ def _check_frame(frame: np.ndarray, index: int, shape: tuple[int, ...] | None) -
 def _frames_iter(frames: np.ndarray | Iterable[np.ndarray]) -> Iterator[np.ndarray]:
     if isinstance(frames, np.ndarray):
         if frames.ndim != 4:
-            raise ValueError(f"frames must be (T, H, W, 3), got shape {frames.shape}")
+            raise ValueError(f"frames must be (T, H, W, 3), got shape {frames.shape}; {_RGB}")
         if frames.dtype != np.uint8:  # checked up front so the message names the whole array
-            raise ValueError(f"frames dtype must be uint8, got {frames.dtype}")
+            raise ValueError(f"frames dtype must be uint8, got {frames.dtype}; {_TO_UINT8}")
     return iter(frames)
 
 
@@ -90,7 +92,8 @@ def read_mp4(path: str | os.PathLike) -> np.ndarray:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no such video: {path}")
+        raise FileNotFoundError(f"no such video: {path}; check the path (python -m wam_gym.eval writes "
+                                "output_dir/videos/ only with EVALUATION.eval_save_video=true)")
     try:
         reader = imageio.get_reader(path, format="FFMPEG")
         try:
@@ -101,7 +104,8 @@ def read_mp4(path: str | os.PathLike) -> np.ndarray:
     except MemoryError:
         raise
     except Exception as e:  # imageio raises OSError, RuntimeError or ValueError depending on the file
-        raise ValueError(f"unreadable video: {path} ({type(e).__name__})") from e
+        raise ValueError(f"unreadable video: {path} ({type(e).__name__}); the file is not an mp4 or is truncated: "
+                         "record it again (write_mp4 never leaves a partial file)") from e
     if not frames:
         raise ValueError(f"video has no frames: {path}")
     return np.stack(frames)

@@ -102,10 +102,24 @@ def _load_components(root: Path, names: tuple[str, ...], config: MoTConfig) -> d
             continue
         _require_weights(root / name, root)
         dtype = module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[name]))
-        components[name] = COMPONENTS[name].from_pretrained(
-            str(root / name), torch_dtype=dtype, local_files_only=True, use_safetensors=True
-        )
+        try:
+            components[name] = COMPONENTS[name].from_pretrained(
+                str(root / name), torch_dtype=dtype, local_files_only=True, use_safetensors=True
+            )
+        except (OSError, ValueError, RuntimeError) as exc:  # what diffusers/transformers raise for a bad file
+            raise MissingCheckpointError(
+                f"{root}: {name}/ cannot be loaded ({_root_cause(exc)}); its files are truncated or corrupt: "
+                "re-save the checkpoint (or copy it again)"
+            ) from exc
     return components
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost exception of a chain, on one line (the libraries wrap the real reason twice)."""
+    while exc.__cause__ or exc.__context__:
+        exc = exc.__cause__ or exc.__context__
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def load_pretrained(directory: str | Path, **overrides: Any) -> MoTWAM:
@@ -117,7 +131,10 @@ def load_pretrained(directory: str | Path, **overrides: Any) -> MoTWAM:
     root = Path(directory).expanduser()
     _require_dir(root, "checkpoint", "train one with `python -m training` or pass the directory save_pretrained wrote")
     if not (root / CONFIG_FILE).is_file():
-        raise MissingCheckpointError(f"{root} has no {CONFIG_FILE}: not a wam_gym checkpoint (or its save was interrupted)")
+        raise MissingCheckpointError(
+            f"{root} has no {CONFIG_FILE}: not a wam_gym checkpoint (or its save was interrupted); pass the directory "
+            "`python -m training` wrote (<output_dir>/checkpoint) or save_pretrained(model, dir) made"
+        )
     config = dataclasses.replace(MoTConfig.load(root / CONFIG_FILE), **overrides)
     model = MoTWAM(config, **_load_components(root, (*COMPONENTS, "tokenizer"), config))
     if (root / "lora").is_dir():

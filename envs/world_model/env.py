@@ -189,7 +189,7 @@ class WorldModelEnv(gym.Env):
                 f"For a batch of envs use a VectorEnv, which takes (num_envs, {dim})"
             )
         if not np.all(np.isfinite(chunk)):
-            raise ValueError(f"WorldModel action contains NaN or inf: {arr}")
+            raise ValueError(f"WorldModel action contains NaN or inf: {arr}; send finite actions (check the policy output)")
         return chunk
 
     def _imagine(self, lookahead: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from wam_gym.cli import fail, run_hydra
 from wam_gym.eval.config import EvalConfig
 
 ConfigStore.instance().store(name="eval_schema", node=EvalConfig)
@@ -21,17 +22,18 @@ ConfigStore.instance().store(name="eval_schema", node=EvalConfig)
 
 @hydra.main(version_base=None, config_path="../conf", config_name="eval")
 def main(cfg: DictConfig) -> None:
+    from envs.errors import MissingSimulatorError
+    from wam_gym.broker import BrokerError
     from wam_gym.eval.manager import EvalError, EvalManager
 
     logging.getLogger("wam_gym").setLevel(logging.INFO)
-    config: EvalConfig = OmegaConf.to_object(cfg)
     try:
+        config: EvalConfig = OmegaConf.to_object(cfg)  # the dataclasses' own checks raise ValueError here
         summary = EvalManager(config, OmegaConf.to_container(cfg, resolve=True)).run()
-    except (EvalError, ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
+    except (EvalError, BrokerError, ValueError, FileNotFoundError, MissingSimulatorError) as exc:
+        fail(exc)  # these messages name their fix: one line, no traceback
     sys.exit(0 if summary["complete"] else 1)
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra(main, "python -m wam_gym.eval")

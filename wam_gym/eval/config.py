@@ -36,6 +36,13 @@ class EvaluationConfig(InferenceConfig):
     tensorboard: bool = True
     max_attempts: int = 3  # tries per episode when workers die
 
+    def __post_init__(self) -> None:
+        getattr(super(), "__post_init__", lambda: None)()
+        try:  # checked here, not in a model worker after the model has loaded
+            self.sampler_config()
+        except ValueError as exc:
+            raise ValueError(f"EVALUATION: {exc}") from None
+
     def inference(self) -> InferenceConfig:
         return InferenceConfig(**{f.name: getattr(self, f.name) for f in fields(InferenceConfig)})
 

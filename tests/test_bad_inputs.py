@@ -1,0 +1,522 @@
+"""The bad-input catalogue: each way to hold wam_gym wrong, and the one-line error that names the fix.
+
+One table (``CASES``); README's Troubleshooting table has one row per case id, in this order
+(``test_readme_lists_every_case``). A case is triggered in-process where possible; the four
+``python -m`` cases run as real subprocesses, all at once (each pays seconds of imports), and
+must end stderr with one ``error: ...`` line and no traceback. For every case the message's
+FIRST line must match the case's regex, and the regex includes the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes.util
+import importlib.util
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+MW = "wam_gym/MetaWorld-pick-place-v3"
+CLI_TIMEOUT_S = 300
+
+
+# ----------------------------------------------------------------------------- shared, built on first use
+class Shared:
+    """What several cases need, built once per module and only if a case asks."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    @cached_property
+    def policy(self):
+        from agents.wam import InferenceConfig, WAMPolicy, build_model, preset
+
+        torch.manual_seed(0)
+        return WAMPolicy(build_model(preset("tiny")), InferenceConfig(num_inference_steps=2))
+
+    @cached_property
+    def ckpt(self) -> Path:
+        from agents.wam import save_pretrained
+
+        return save_pretrained(self.policy.model, self.root / "ckpt")
+
+    @cached_property
+    def dataset(self) -> Path:
+        from tests.test_dataset import _write  # cameras corner (32x48) and wrist (24x24), 3-d actions
+
+        _write(self.root / "dataset", lengths=(4, 5))
+        return self.root / "dataset"
+
+
+@dataclass
+class Ctx:
+    tmp: Path
+    monkeypatch: pytest.MonkeyPatch
+    shared: Shared
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    trigger: Callable[[Ctx], object] | tuple[str, ...]  # a callable, or `python -m <argv>`
+    error: type[BaseException] | int  # the exception's exact type, or the CLI's exit status
+    fix: str  # regex the message's first line must match; it names the fix
+    needs: str | None = None  # a module the case needs (skipped without it)
+    absent: str | None = None  # a module that must be missing (skipped with it)
+
+
+# ----------------------------------------------------------------------------- triggers
+def make_env(env_id: str = MW, **kwargs):
+    import envs
+
+    return envs.make(env_id, **kwargs)
+
+
+def step_env(action) -> Callable[[Ctx], object]:
+    def trigger(ctx: Ctx):
+        env = make_env(image_size=16)
+        try:
+            env.unwrapped.step(action)  # the contract checks the action before the simulator sees it
+        finally:
+            env.close()
+
+    return trigger
+
+
+def no_libero_assets(ctx: Ctx):
+    from envs.libero.env import _check_assets
+
+    _check_assets(lambda key: str(ctx.tmp))
+
+
+def no_robocasa_assets(ctx: Ctx):
+    from envs.robocasa.env import _check_assets
+
+    (ctx.tmp / "models" / "assets" / "textures").mkdir(parents=True)  # a checkout before the download
+    _check_assets(ctx.tmp)
+
+
+def robotwin_unset(ctx: Ctx):
+    ctx.monkeypatch.delenv("ROBOTWIN_ROOT", raising=False)
+    make_env("wam_gym/RoboTwin-beat_block_hammer-v0")
+
+
+def no_vulkan(ctx: Ctx):
+    from envs.maniskill.env import _make_sim
+
+    ctx.monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    _make_sim("PickCube", 64, 64)
+
+
+def no_gl_library(ctx: Ctx):
+    from envs.rendering import select_gl_backend
+
+    ctx.monkeypatch.delenv("MUJOCO_GL", raising=False)
+    ctx.monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    select_gl_backend()
+
+
+def forked_with_gl(ctx: Ctx):
+    from envs.rendering import _check_not_forked_with_gl, _GLState
+
+    ctx.monkeypatch.setattr(_GLState, "forked_with_gl", True)
+    _check_not_forked_with_gl()
+
+
+def libero_init_state(ctx: Ctx):
+    from envs.libero.env import LiberoEnv
+
+    LiberoEnv._choose_init_state(SimpleNamespace(n_init_states=50), None, {"init_state_id": 50})
+
+
+def autoreset_vector_env(ctx: Ctx):
+    from gymnasium.vector import AutoresetMode
+
+    from wam_gym.rollout import run_episodes
+
+    run_episodes(SimpleNamespace(metadata={"autoreset_mode": AutoresetMode.NEXT_STEP}), None, seeds=[0])
+
+
+def recompile(ctx: Ctx):
+    from wam_gym.compile import CompileConfig, compile_module
+
+    module = torch.nn.Linear(2, 2)
+    compile_module(module, CompileConfig(enabled=True, backend="eager", mode=None))  # lazy: nothing compiles
+    compile_module(module, CompileConfig(enabled=True, backend="aot_eager", mode=None))
+
+
+def wan_without_weights(ctx: Ctx):
+    from agents.wam import build_model, preset
+
+    build_model(preset("wan22_ti2v_5b"))  # no pretrained_path
+
+
+def predict(corrupt: Callable[[dict], object]) -> Callable[[Ctx], object]:
+    def trigger(ctx: Ctx):
+        from tests.test_wam_model import observation  # 2 rows, corner + gripperPOV at 64x64, 4-d state
+
+        obs = observation()
+        corrupt(obs)
+        ctx.shared.policy.predict(obs)
+
+    return trigger
+
+
+def nan_output(ctx: Ctx):
+    from tests.test_wam_model import observation
+
+    weight = ctx.shared.policy.model.action_expert.proj_out.weight
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight.fill_(float("nan"))
+    try:
+        ctx.shared.policy.predict(observation())
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
+def checkpoint_copy(ctx: Ctx) -> Path:
+    return Path(shutil.copytree(ctx.shared.ckpt, ctx.tmp / "ckpt"))
+
+
+def load_without_weights(ctx: Ctx):
+    from agents.wam import load_pretrained
+
+    ckpt = checkpoint_copy(ctx)
+    (ckpt / "transformer" / "diffusion_pytorch_model.safetensors").unlink()
+    load_pretrained(ckpt)
+
+
+def load_truncated_weights(ctx: Ctx):
+    from agents.wam import load_pretrained
+
+    ckpt = checkpoint_copy(ctx)
+    weights = ckpt / "transformer" / "diffusion_pytorch_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # an interrupted copy
+    load_pretrained(ckpt)
+
+
+def load_dir(name: str) -> Callable[[Ctx], object]:
+    def trigger(ctx: Ctx):
+        from agents.wam import load_pretrained
+
+        (ctx.tmp / "empty").mkdir()
+        load_pretrained(ctx.tmp / name)
+
+    return trigger
+
+
+def eval_manager(ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym/MetaWorld-reach-v3",)):
+    def trigger(ctx: Ctx):
+        from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
+        from wam_gym.eval.manager import EvalManager
+
+        out = ctx.tmp / "out"
+        EvalManager(EvalConfig(ckpt=ckpt and str(ctx.tmp / ckpt), EVALUATION=EvaluationConfig(agent=agent, output_dir=str(out)),
+                               MULTIRUN=MultirunConfig(task_sets=list(tasks))))
+        assert not out.exists()
+
+    return trigger
+
+
+def train_build(*, dataset: bool = True, **changes) -> Callable[[Ctx], object]:
+    """training.loop.build (model + data, before any step) for a TrainConfig with ``changes``."""
+
+    def trigger(ctx: Ctx):
+        from agents.wam.config import MoTConfig
+        from training.config import DatasetConfig, LoraConfig, TrainConfig
+        from training.loop import build
+
+        model = MoTConfig(cameras=tuple(changes.pop("cameras", ("corner", "wrist"))), image_size=(32, 32))
+        lora = LoraConfig(enabled=changes.pop("lora", False))
+        root = str(ctx.shared.dataset) if dataset else None
+        build(TrainConfig(model=model, dataset=DatasetConfig(root=root), lora=lora, **changes), torch.device("cpu"))
+
+    return trigger
+
+
+def dataset_without_stats(ctx: Ctx):
+    from training.data import LeRobotDataset
+
+    root = Path(shutil.copytree(ctx.shared.dataset, ctx.tmp / "ds"))
+    (root / "meta" / "stats.json").unlink()
+    LeRobotDataset(root)
+
+
+def cache_with(fingerprint: dict | None) -> Callable[[Ctx], object]:
+    """A LatentCache over a directory holding ``fingerprint`` (None: no cache) read by a 32x32 run."""
+
+    def trigger(ctx: Ctx):
+        import json
+
+        from training.caches import LatentCache
+
+        if fingerprint is not None:
+            (ctx.tmp / "cache_meta.json").write_text(json.dumps({"fingerprint": fingerprint, "video_samples": 0}))
+        LatentCache(ctx.tmp, {"image_size": [32, 32]})
+
+    return trigger
+
+
+def no_cache_dir(ctx: Ctx):
+    from training.caches import cache_dir
+
+    ctx.monkeypatch.delenv("WAM_LATENT_CACHE", raising=False)
+    cache_dir()
+
+
+def write_video(frames) -> Callable[[Ctx], object]:
+    def trigger(ctx: Ctx):
+        from wam_gym.video import write_mp4
+
+        write_mp4(ctx.tmp / "v.mp4", frames)
+
+    return trigger
+
+
+def read_video(content: bytes | None) -> Callable[[Ctx], object]:
+    def trigger(ctx: Ctx):
+        from wam_gym.video import read_mp4
+
+        path = ctx.tmp / "v.mp4"
+        if content is not None:
+            path.write_bytes(content)
+        read_mp4(path)
+
+    return trigger
+
+
+def call(target: str, *args, **kwargs) -> Callable[[Ctx], object]:
+    """Call ``module:function`` (imported when the case runs) with fixed arguments."""
+
+    def trigger(ctx: Ctx):
+        module, name = target.split(":")
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj(*args, **kwargs)
+
+    return trigger
+
+
+# ----------------------------------------------------------------------------- the catalogue
+def cases() -> list[Case]:
+    from agents.wam.checkpoint import MissingCheckpointError
+    from agents.wam.policy import NonFiniteOutputError
+    from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
+    from envs.maniskill.env import VulkanUnavailableError
+    from envs.rendering import GLBackendError
+    from training.caches import CacheMismatchError
+    from training.data import DatasetError
+    from wam_gym.attention import AttentionBackendError
+    from wam_gym.broker import BrokerConfig, BrokerError
+    from wam_gym.compile import CompileConfigMismatch
+
+    f32 = np.float32
+    return [
+        # --- command lines
+        Case("eval-cli-unknown-key", ("wam_gym.eval", "EVALUATION.num_trails=2"), 1,
+             r"^error: Could not override 'EVALUATION\.num_trails'.*Did you mean EVALUATION\.num_trials\?"),
+        Case("eval-cli-bad-value", ("wam_gym.eval", "MULTIRUN.backend=foo"), 1,
+             r"^error: MULTIRUN\.backend='foo': choose one of \('local', 'ray'\)"),
+        Case("train-cli-unknown-key", ("training", "task=metaworld_tiny", "batch_szie=4"), 1,
+             r"^error: Could not override 'batch_szie'.*Did you mean batch_size\?"),
+        Case("train-cli-bad-precision", ("training", "task=metaworld_tiny", "model.encoder_mode.backbone=bf16"), 1,
+             r"^error: encoder_mode\.backbone='bf16' is not a precision mode.*bf16 weights: bf16_full"),
+        Case("envs-cli-unknown-id", ("wam_gym.envs", "check", "wam_gym/MetaWorld-door-opn-v3"), 2,
+             r"^error: unknown env id .*Did you mean wam_gym/MetaWorld-door-open-v3\b.*python -m wam_gym\.envs list"),
+        # --- environments
+        Case("env-unknown-id", lambda ctx: make_env("wam_gym/MetaWorld-pick-plase-v3"), UnknownEnvError,
+             r"Did you mean wam_gym/MetaWorld-pick-place-v3\b.*python -m wam_gym\.envs list"),
+        Case("env-suite-not-installed", lambda ctx: make_env("wam_gym/LIBERO-Spatial-v0"), MissingSimulatorError,
+             r"LIBERO needs the 'libero' package.*pip install 'wam_gym\[libero\]'", absent="libero"),
+        Case("env-libero-assets-missing", no_libero_assets, MissingAssetsError,
+             r"LIBERO's scene assets are missing.*pip install 'wam_gym\[libero\]'"),
+        Case("env-robocasa-assets-missing", no_robocasa_assets, MissingAssetsError,
+             r"kitchen assets are missing.*python \S+/scripts/download_kitchen_assets\.py"),
+        Case("env-robotwin-not-installed", robotwin_unset, MissingSimulatorError,
+             r"ROBOTWIN_ROOT is not set.*git clone https://github\.com/RoboTwin-Platform/RoboTwin\.git"),
+        Case("env-maniskill-no-vulkan", no_vulkan, VulkanUnavailableError,
+             r"renders with Vulkan.*apt-get install -y -t bookworm-backports mesa-vulkan-drivers libvulkan1"),
+        Case("env-no-gl-library", no_gl_library, GLBackendError,
+             r"no offscreen GL library found \(EGL or OSMesa\): apt-get install libegl1"),
+        Case("env-forked-with-gl", forked_with_gl, GLBackendError,
+             r"forked from a parent that holds a GL context.*vector_kwargs=\{'context': 'forkserver'\}"),
+        Case("env-bad-camera", lambda ctx: make_env(cameras=("front",)), ValueError,
+             r"unknown Meta-World camera\(s\) \['front'\]; choose from \('corner'", needs="metaworld"),
+        Case("env-bad-image-size", lambda ctx: make_env(image_size=(0, 3)), ValueError,
+             r"image_size must be a positive int or \(height, width\), got \(0, 3\)", needs="metaworld"),
+        Case("env-action-wrong-shape", step_env(np.zeros(3, f32)), ValueError,
+             r"action must have shape \(4,\) \(got \(3,\)\); for a batch of envs use a VectorEnv", needs="metaworld"),
+        Case("env-action-nan", step_env(np.array([0, np.nan, 0, 0], f32)), ValueError,
+             r"action contains NaN or inf.*send finite actions", needs="metaworld"),
+        Case("env-libero-init-state", libero_init_state, ValueError, r"init_state_id must be an int in 0\.\.49, got 50"),
+        Case("rollout-autoreset-on", autoreset_vector_env, ValueError,
+             r"run_episodes needs a vector env with autoreset disabled.*create it with envs\.make_vec"),
+        # --- models and policies
+        Case("model-unknown-preset", call("agents.wam.config:preset", "huge"), ValueError,
+             r"unknown model preset 'huge'; choose one of \['tiny', 'wan21_t2v_1_3b', 'wan22_ti2v_5b'\]"),
+        Case("model-wan-without-weights", wan_without_weights, MissingCheckpointError,
+             r"preset 'wan22_ti2v_5b' loads Wan weights.*set model\.pretrained_path="),
+        Case("model-bad-image-size", call("agents.wam.config:preset", "tiny", image_size=(60, 64)), ValueError,
+             r"image_size=\(60, 64\) must be divisible by 16"),
+        Case("model-bad-precision", call("wam_gym.precision:PrecisionConfig", vae="bf16"), ValueError,
+             r"encoder_mode\.vae='bf16' is not a precision mode; expected one of \('fp32', 'autocast', 'bf16_full'\)"),
+        Case("model-unknown-sampler", call("wam_gym.eval.config:EvaluationConfig", sampler="euler"), ValueError,
+             r"EVALUATION: unknown sampler 'euler'; choose one of flow_euler, unipc, dpmpp, ddim"),
+        Case("model-flash-attention-on-cpu", call("wam_gym.attention:resolve_attention_backend", "fa3", "cpu"),
+             AttentionBackendError, r"attention_backend=fa3 cannot run.*attention_backend=sdpa or auto works"),
+        Case("model-recompile", recompile, CompileConfigMismatch, r"already compiled with .*restart the worker"),
+        Case("obs-missing-camera", predict(lambda o: o["pixels"].pop("gripperPOV")), ValueError,
+             r"observation lacks camera\(s\) \['gripperPOV'\].*make the env with those cameras"),
+        Case("obs-pixels-wrong-dtype", predict(lambda o: o["pixels"].update(corner=o["pixels"]["corner"].astype(f32))),
+             ValueError, r"pixels/corner is float32 .*the contract is uint8 \(B, H, W, 3\).*as wam_gym envs return"),
+        Case("obs-pixels-wrong-shape", predict(lambda o: o["pixels"].update(corner=o["pixels"]["corner"][..., 0])),
+             ValueError, r"pixels/corner is uint8 \(2, 64, 64\); the contract is uint8 \(B, H, W, 3\)"),
+        Case("obs-state-wrong-size", predict(lambda o: o.update(state=o["state"][:, :3])), ValueError,
+             r"state is float32 \(2, 3\); the model needs float \(B, 4\) with B=2"),
+        Case("model-nan-output", nan_output, NonFiniteOutputError,
+             r"non-finite action values \(NaN/inf\); no action was sent.*model\.encoder_mode\.\*=fp32"),
+        # --- checkpoints
+        Case("ckpt-missing-dir", load_dir("nope"), MissingCheckpointError,
+             r"checkpoint \S+/nope is not a local directory; train one with `python -m training`"),
+        Case("ckpt-not-a-checkpoint", load_dir("empty"), MissingCheckpointError,
+             r"has no wam_config\.json: not a wam_gym checkpoint.*pass the directory `python -m training` wrote"),
+        Case("ckpt-missing-weights", load_without_weights, MissingCheckpointError,
+             r"transformer/ lacks \*\.safetensors.*re-save or re-download the checkpoint"),
+        Case("ckpt-corrupt-weights", load_truncated_weights, MissingCheckpointError,
+             r"transformer/ cannot be loaded .*truncated or corrupt: re-save the checkpoint"),
+        Case("ckpt-missing-stats", call("agents.wam.normalization:Normalizer.from_stats_file", "/nonexistent/stats.json"),
+             FileNotFoundError, r"dataset stats \S+ not found; point EVALUATION\.dataset_stats_path at"),
+        # --- evaluation
+        Case("eval-wam-without-ckpt", eval_manager(agent="wam"), ValueError,
+             r"EVALUATION\.agent=wam needs ckpt=<checkpoint dir> \(or EVALUATION\.agent=expert\|random\)"),
+        Case("eval-ckpt-not-a-checkpoint", eval_manager(agent="wam", ckpt="nope"), MissingCheckpointError,
+             r"ckpt=\S+/nope is not a checkpoint directory.*pass the directory python -m training saved"),
+        Case("eval-unknown-task-set", eval_manager(tasks=("metaworld_mt11",)), ValueError,
+             r"unknown task set 'metaworld_mt11'; known sets: .*'metaworld_mt10'.*\(or give env ids\)"),
+        Case("eval-gpu-on-cpu", call("wam_gym.broker:worker_devices", BrokerConfig(num_gpus=1), available_gpus=0), BrokerError,
+             r"MULTIRUN\.num_gpus=1 but no CUDA device is visible; set MULTIRUN\.num_gpus=0"),
+        # --- datasets and training
+        Case("dataset-missing", call("training.data:LeRobotDataset", "/nonexistent/dataset"), DatasetError,
+             r"no dataset at /nonexistent/dataset.*Collect one with: python -m training\.collect --env ENV_ID"),
+        Case("dataset-no-stats", dataset_without_stats, DatasetError,
+             r"meta/stats\.json is missing; recompute it with: python -m training\.collect --stats-only \S+"),
+        Case("train-dataset-root-unset", train_build(dataset=False), ValueError,
+             r"dataset\.root is not set: collect demos with `python -m training\.collect"),
+        Case("train-camera-not-in-dataset", train_build(cameras=("corner", "topview")), ValueError,
+             r"model\.cameras \['topview'\] are not in the dataset.*set model\.cameras=\['corner', 'wrist'\]"),
+        Case("train-lora-without-init", train_build(lora=True), ValueError,
+             r"LoRA fine-tunes trained weights: set init_from=<checkpoint>"),
+        Case("train-unknown-deepspeed", call("training.engine:resolve_deepspeed_config", "zero3"), FileNotFoundError,
+             r"deepspeed='zero3': not one of zero1, zero2, zero2_offload"),
+        Case("cache-dir-unset", no_cache_dir, ValueError, r"export WAM_LATENT_CACHE=/path/to/cache"),
+        Case("cache-missing", cache_with(None), FileNotFoundError,
+             r"no latent cache in \S+: generate it with `python scripts/video_cache\.py .*video_latent_cache=generate`"),
+        Case("cache-mismatch", cache_with({"image_size": [16, 16]}), CacheMismatchError,
+             r"image_size: cache \[16, 16\] vs run \[32, 32\].*python scripts/video_cache\.py .*video_latent_cache=generate"),
+        # --- videos
+        Case("video-write-float-frames", write_video(np.zeros((2, 8, 8, 3), f32)), ValueError,
+             r"frames dtype must be uint8, got float32; convert with \(np\.clip\(x, 0, 1\) \* 255\)\.astype\(np\.uint8\)"),
+        Case("video-write-bad-shape", write_video([np.zeros((8, 8), np.uint8)]), ValueError,
+             r"frame 0: shape must be \(H, W, 3\), got \(8, 8\); pass RGB images"),
+        Case("video-read-missing", read_video(None), FileNotFoundError,
+             r"no such video: \S+v\.mp4; check the path.*EVALUATION\.eval_save_video=true"),
+        Case("video-read-corrupt", read_video(b"not a video"), ValueError,
+             r"unreadable video: \S+v\.mp4 \(\w+\); the file is not an mp4 or is truncated: record it again"),
+    ]
+
+
+CASES = cases()
+CLI_IN_PROCESS = {"wam_gym.envs"}  # argparse CLIs cheap enough to call in this process
+
+
+def is_subprocess(case: Case) -> bool:
+    return isinstance(case.trigger, tuple) and case.trigger[0] not in CLI_IN_PROCESS
+
+
+def marks(case: Case) -> list:
+    out = []
+    if case.needs and importlib.util.find_spec(case.needs) is None:
+        out.append(pytest.mark.skip(reason=f"needs {case.needs}"))
+    if case.absent and importlib.util.find_spec(case.absent) is not None:
+        out.append(pytest.mark.skip(reason=f"{case.absent} is installed here"))
+    return out
+
+
+# ----------------------------------------------------------------------------- running the cases
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Shared:
+    return Shared(tmp_path_factory.mktemp("shared"))
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory) -> dict[str, SimpleNamespace]:
+    """Every subprocess case at once, each in its own empty working directory."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(OMP_NUM_THREADS="1", MUJOCO_GL=env.get("MUJOCO_GL", "egl"))
+    started = {}
+    for case in filter(is_subprocess, CASES):
+        cwd = tmp_path_factory.mktemp(case.id)
+        started[case.id] = (cwd, subprocess.Popen([sys.executable, "-m", *case.trigger], cwd=cwd, env=env, text=True,
+                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    runs = {}
+    for case_id, (cwd, proc) in started.items():
+        _, stderr = proc.communicate(timeout=CLI_TIMEOUT_S)
+        runs[case_id] = SimpleNamespace(cwd=cwd, returncode=proc.returncode, stderr=stderr)
+    return runs
+
+
+def run_in_process_cli(argv: tuple[str, ...]) -> SimpleNamespace:
+    module = importlib.import_module(argv[0])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        returncode = module.main(list(argv[1:]))
+    return SimpleNamespace(cwd=None, returncode=returncode, stderr=err.getvalue())
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=marks(c)) for c in CASES])
+def test_bad_input_names_the_fix(case: Case, request, tmp_path, monkeypatch, shared):
+    if isinstance(case.trigger, tuple):
+        run = request.getfixturevalue("cli_runs")[case.id] if is_subprocess(case) else run_in_process_cli(case.trigger)
+        assert run.returncode == case.error, run.stderr[-3000:]
+        assert "Traceback" not in run.stderr, run.stderr[-3000:]
+        last = run.stderr.strip().splitlines()[-1]
+        assert re.search(case.fix, last), f"last stderr line: {last!r}"
+        assert [line for line in run.stderr.splitlines() if line.startswith("error:")] == [last]
+        if run.cwd is not None:
+            assert not list(run.cwd.iterdir()), "a refused command wrote files"
+        return
+    with pytest.raises(BaseException) as info:
+        case.trigger(Ctx(tmp_path, monkeypatch, shared))
+    assert type(info.value) is case.error, f"{type(info.value).__name__}: {info.value}"
+    first = str(info.value).strip().splitlines()[0]
+    assert re.search(case.fix, first), f"first line: {first!r}"
+
+
+def test_ids_are_unique_and_cli_cases_few():
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 24
+    assert sum(map(is_subprocess, CASES)) <= 4  # each costs seconds of imports
+
+
+def test_readme_lists_every_case():
+    """README's Troubleshooting table: one row per case, first column the case id, same order."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Troubleshooting", 1)[-1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.M)
+    assert rows == [c.id for c in CASES]
