@@ -32,3 +32,25 @@ def no_shm_build(monkeypatch):
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory):
+    """A tiny WAM checkpoint with random weights (a few MB; fast on a CPU)."""
+    from agents.wam import build_model, preset, save_pretrained
+
+    path = tmp_path_factory.mktemp("ckpt") / "tiny"
+    save_pretrained(build_model(preset("tiny")), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory):
+    """Meta-World reach demos, 1 episode x 12 steps at 32x32: 12 clips, 3 batches of 4 per epoch,
+    so a few training steps cross epochs."""
+    from training.collect import collect
+
+    root = tmp_path_factory.mktemp("data") / "small"
+    assert collect(["wam_gym/MetaWorld-reach-v3"], episodes=1, output=root, image_size=32, max_steps=12,
+                   log=None)["frames"] == 12
+    return root
