@@ -1,7 +1,7 @@
 """Per-module precision ablation (UnifoLM-WMA's ``--encoder_mode``): quality and time, one run.
 
     python bench/precision.py                      # the tiny preset, random weights, CPU
-    python bench/precision.py --checkpoint DIR     # a trained checkpoint (its VAE and text encoder)
+    python bench/precision.py --checkpoint DIR     # a trained checkpoint (load_pretrained, loaded as fp32)
     python bench/precision.py --device cuda --json out.json
     python bench/precision.py --quick              # seconds: 4 combinations, 1 repeat (smoke test)
 
@@ -12,7 +12,7 @@ observations with the same noise seeds, and is compared with fp32:
 
   PSNR future  predicted future frames vs fp32's (dB, wam_gym.metrics.psnr, frames capped at 100)
   PSNR frame 0 the reconstructed current frame (VAE encode + decode) vs fp32's
-  max |da|     largest action difference, in the model's normalised units ([-1, 1]: no dataset
+  max abs da   largest action difference, in the model's normalised units ([-1, 1]: no dataset
                statistics are applied, so checkpoints are comparable)
   time         median (and min) seconds per predict call (VAE encode, text encoder, sampling, VAE decode;
                the prompt cache is off so the text encoder runs every call), and its ratio to fp32
@@ -20,7 +20,9 @@ observations with the same noise seeds, and is compared with fp32:
 Combinations: the notes' bf16_full ladder (0 fp32; 1 backbone; 2 + projectors; 3 + text_encoder;
 4 + vae), the same ladder with autocast, each module alone in bf16_full and alone in autocast
 (duplicates of ladder rows are listed once). Timed calls are interleaved round by round across
-combinations, so drift (other jobs on the machine) hits all alike.
+combinations, so drift (other jobs on the machine) hits all alike; on shared CPU cores
+OMP_NUM_THREADS=1 gives far steadier times than torch's default of one thread per core.
+The fp32 state dict is kept on the model's device (twice the fp32 weights' memory).
 """
 
 from __future__ import annotations
