@@ -72,7 +72,9 @@ def suite_of(env_id_: str) -> Suite:
     table = all_env_ids()
     if env_id_ in table:
         return table[env_id_]
-    near = difflib.get_close_matches(env_id_, table, n=3, cutoff=0.6)
+    # Compare names without the namespace, so "MetaWorld-reach-v2" finds "wam_gym/MetaWorld-reach-v3".
+    names = {i.removeprefix(f"{NAMESPACE}/"): i for i in table}
+    near = [names[n] for n in difflib.get_close_matches(env_id_.removeprefix(f"{NAMESPACE}/"), names, n=3, cutoff=0.6)]
     hint = f" Did you mean {', '.join(near)}?" if near else ""
     raise UnknownEnvError(
         f"unknown env id {env_id_!r}.{hint} List every id with: python -m wam_gym.envs list"

@@ -210,6 +210,18 @@ def load_truncated_weights(ctx: Ctx):
     load_pretrained(ckpt)
 
 
+def load_pickle_shards(ctx: Ctx):
+    """A sharded index whose shards are .bin (pickle) files: refused before anything is read."""
+    import json
+
+    from agents.wam import load_pretrained
+
+    ckpt = checkpoint_copy(ctx)
+    index = {"metadata": {}, "weight_map": {"proj_in.weight": "diffusion_pytorch_model-00001-of-00001.bin"}}
+    (ckpt / "transformer" / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index))
+    load_pretrained(ckpt)
+
+
 def load_dir(name: str) -> Callable[[Ctx], object]:
     def trigger(ctx: Ctx):
         from agents.wam import load_pretrained
@@ -400,6 +412,8 @@ def cases() -> list[Case]:
              r"transformer/ lacks \*\.safetensors.*re-save or re-download the checkpoint"),
         Case("ckpt-corrupt-weights", load_truncated_weights, MissingCheckpointError,
              r"transformer/ cannot be loaded .*truncated or corrupt: re-save the checkpoint"),
+        Case("ckpt-pickle-shards", load_pickle_shards, MissingCheckpointError,
+             r"names non-safetensors shards .*only safetensors weights are loaded \(convert the shards"),
         Case("ckpt-missing-stats", call("agents.wam.normalization:Normalizer.from_stats_file", "/nonexistent/stats.json"),
              FileNotFoundError, r"dataset stats \S+ not found; point EVALUATION\.dataset_stats_path at"),
         # --- evaluation

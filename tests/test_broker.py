@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from agents.wam.policy import Prediction
 from wam_gym.batching import Batcher, Request
-from wam_gym.broker import BrokerConfig, BrokerError, InferenceBroker, RemoteInferenceError, worker_devices
+from wam_gym.broker import (
+    STATS_WINDOW,
+    BrokerConfig,
+    BrokerError,
+    BrokerStats,
+    InferenceBroker,
+    RemoteInferenceError,
+    worker_devices,
+)
 
 HORIZON = 4
 
@@ -80,6 +92,16 @@ def test_bad_batching_knobs():
         Batcher(0, 10)
     with pytest.raises(ValueError, match="inference_batch_wait_ms"):
         Batcher(2, -1)
+
+
+def test_stats_keep_exact_totals_in_bounded_memory():
+    stats = BrokerStats()
+    for _ in range(STATS_WINDOW + 5):
+        stats.add_batch([0.001, 0.003])
+    summary = stats.summary()
+    assert (summary["batches"], summary["requests"], summary["mean_batch_size"]) == (STATS_WINDOW + 5, 2 * STATS_WINDOW + 10, 2.0)
+    assert len(stats.batch_sizes) == len(stats.queue_wait_s) == STATS_WINDOW
+    assert summary["queue_wait_ms_p50"] == pytest.approx(2.0)
 
 
 # ----------------------------------------------------------------- devices
@@ -197,7 +219,7 @@ def test_wam_answers_do_not_depend_on_batching(tmp_path):
             t.start()
         for t in threads:
             t.join(timeout=120)
-        assert broker.stats.batch_sizes == [3]  # all three in one batch
+        assert list(broker.stats.batch_sizes) == [3]  # all three in one batch
     for i in range(3):
         np.testing.assert_allclose(got[i], expected[i], atol=1e-5)
 
@@ -217,3 +239,49 @@ def test_prompt_cache_reuses_embeddings_and_evicts_least_recent():
     assert set(cache._cache) == {"open", "push"}
     cache.encode(["open"])
     assert cache.hits == 2
+
+
+# ----------------------------------------------------------------- processes killed at the worst moment
+def _send_half_a_request_then_die(client) -> None:
+    """What a SIGKILL in the middle of ``send`` leaves: a header promising 1 MiB, 100 bytes of it."""
+    os.write(client.requests.fileno(), struct.pack("!i", 1 << 20) + b"x" * 100)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_an_actor_killed_mid_send_stalls_no_one(broker):
+    import multiprocess
+
+    victim = broker.client(99)
+    process = multiprocess.get_context("spawn").Process(target=_send_half_a_request_then_die, args=(victim,))
+    process.start()
+    victim.close()  # the child holds the pipe now: its death is EOF, not a wait for the rest
+    process.join(timeout=120)
+    assert process.exitcode == -signal.SIGKILL
+    answers = drive([broker.client(i) for i in range(3)], calls=3)
+    assert answers == {i: [i * 100 + k for k in range(3)] for i in range(3)}
+    broker.check()  # the dispatcher dropped the cut message and lives on
+
+
+BROKER_IN_A_CHILD = """
+from bench.soak import EchoFactory
+from wam_gym.broker import BrokerConfig, InferenceBroker
+broker = InferenceBroker(EchoFactory(0.0), BrokerConfig(workers_per_gpu=2)).start()
+print(broker.pool.pid(0), broker.pool.pid(1), flush=True)
+import time; time.sleep(600)
+"""
+
+
+def test_model_workers_exit_when_the_broker_process_is_killed():
+    """An orphaned model copy would hold its (GPU) memory until someone finds it."""
+    import psutil
+
+    from wam_gym.model_worker import ORPHAN_CHECK_S
+
+    root = Path(__file__).resolve().parents[1]
+    parent = subprocess.Popen([sys.executable, "-c", BROKER_IN_A_CHILD], cwd=root, stdout=subprocess.PIPE, text=True)
+    workers = [psutil.Process(int(pid)) for pid in parent.stdout.readline().split()]
+    assert len(workers) == 2 and all(w.is_running() for w in workers)
+    parent.kill()  # SIGKILL: the broker never tells its workers to stop
+    parent.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=10 * ORPHAN_CHECK_S)
+    assert alive == [], f"model workers {[p.pid for p in alive]} outlived their broker"

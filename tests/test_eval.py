@@ -144,15 +144,6 @@ def expert_copy(expert_run, tmp_path):
     return out
 
 
-@pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory):
-    from agents.wam import build_model, preset, save_pretrained
-
-    path = tmp_path_factory.mktemp("ckpt") / "tiny"
-    save_pretrained(build_model(preset("tiny")), path)
-    return path
-
-
 # ----------------------------------------------------------------- a complete run
 def test_expert_run_writes_results_seeds_table_and_tensorboard(expert_run):
     out, summary, printed = expert_run

@@ -132,16 +132,6 @@ def trained(dataset, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def small_dataset(tmp_path_factory) -> Path:
-    """1 episode x 12 steps: 12 clips, 3 batches of 4 per epoch, so a few steps cross epochs."""
-    from training.collect import collect
-
-    root = tmp_path_factory.mktemp("data") / "small"
-    assert collect([REACH], episodes=1, output=root, image_size=32, max_steps=12, log=None)["frames"] == 12
-    return root
-
-
-@pytest.fixture(scope="module")
 def reference_6(small_dataset, tmp_path_factory) -> Path:
     """An uninterrupted 6-step (2-epoch) run with num_workers=0: the exact-resume and DataLoader reference."""
     out = tmp_path_factory.mktemp("ref6") / "run"

@@ -68,7 +68,7 @@ import os
 import random
 import re
 import shutil
-import socket
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -565,14 +565,13 @@ class TorchEngine(Engine):
         return _decode(state["client_state"])
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ensure_single_process_env() -> None:
-    """Without a launcher DeepSpeed goes looking for MPI; declare a one-process world instead."""
+    """Without a launcher DeepSpeed goes looking for MPI; start a one-process world instead.
+
+    Its store is a file (torch's TCPStore would listen on every interface, whatever
+    MASTER_ADDR says) and gloo is pinned to the loopback device, so training alone on a machine
+    opens no network port. Under torchrun / deepspeed / mpirun the launcher's world is used.
+    """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Someone set up the world already; DeepSpeed still insists on LOCAL_RANK.
         if "LOCAL_RANK" not in os.environ and torch.distributed.get_world_size() == 1:
@@ -581,8 +580,9 @@ def _ensure_single_process_env() -> None:
     if "RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
         return  # torchrun / deepspeed / mpirun set up the world
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    store = Path(tempfile.mkdtemp(prefix="wam-dist-")) / "store"
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
 
 
 class DeepSpeedEngine(Engine):

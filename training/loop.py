@@ -227,7 +227,17 @@ def _checkpoint(engine, out: Path, state: dict, keep: int) -> None:
     engine.save(checkpoint_dir(root, engine.global_step), dict(state))
     if engine.is_main_process:
         for old in sorted(root.glob("step-*"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            _delete(old)
+        for left in root.glob(".deleting-*"):  # a run killed while deleting left these
+            _delete(left)
+
+
+def _delete(checkpoint: Path) -> None:
+    """Rename first, so a kill midway leaves a hidden leftover, never a half ``step-*`` dir."""
+    doomed = checkpoint if checkpoint.name.startswith(".deleting-") else checkpoint.with_name(f".deleting-{checkpoint.name}")
+    if doomed != checkpoint:
+        checkpoint.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _writer(out: Path, engine):

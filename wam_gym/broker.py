@@ -1,16 +1,19 @@
 """The inference broker: rollout actors send observations, model workers answer in batches.
 
-    actors --("request", Request)--> inbound queue <--("result", BatchResult)-- model workers
-                                        |
-                               dispatcher thread: Batcher (size / wait, grouped by shape)
-                                        |
-                 per-actor reply queues <-- replies      batches --> an idle worker
+    actors --request pipe (one each)--> dispatcher <--result pipe (one each)-- model workers
+                                            |
+                               Batcher (size / wait, grouped by shape)
+                                            |
+          reply queue (one per actor) <-- replies      batches --> job queue of an idle worker
 
-Everything meets on one inbound queue, so the dispatcher blocks on a single ``get``. Each
-worker holds at most one batch: while workers are busy, requests pile up into fuller
-batches. A worker that dies is restarted and its batch is sent again; an actor that dies
-has its pending requests dropped. Queues are pipes inside this process tree: nothing
-listens on a network socket (the Ray backend binds Ray to 127.0.0.1 unless given a cluster).
+The dispatcher thread waits on every pipe at once. Each pipe has a single writer, so a
+SIGKILL can cut short only the dead process's own message and never leaves a lock held that
+others need (a shared multiprocess Queue's write lock stays taken when its writer dies in
+``put``). Each worker holds at most one batch: while workers are busy, requests pile up into
+fuller batches. A worker that dies is restarted and its batch is sent again; an actor that
+dies has its pending requests dropped. Pipes and queues stay inside this process tree:
+nothing listens on a network socket (the Ray backend binds Ray to 127.0.0.1 unless given a
+cluster).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import multiprocess
+import multiprocess.connection
 import numpy as np
 
 from wam_gym.batching import Batcher, Request
@@ -87,23 +91,45 @@ def worker_devices(config: BrokerConfig, available_gpus: int | None = None) -> l
 
 
 class LocalWorkerPool:
-    """Model workers as processes of this machine, answering on the broker's inbound queue."""
+    """Model workers as processes of this machine: batches in on a queue each, results out on
+    a pipe each (the broker waits on ``connections()``)."""
 
-    def __init__(self, factory: PolicyFactory, devices: list[str], threads: int | None, ctx, inbound):
-        self.factory, self.devices, self.threads, self.ctx, self.inbound = factory, devices, threads, ctx, inbound
+    def __init__(self, factory: PolicyFactory, devices: list[str], threads: int | None, ctx):
+        self.factory, self.devices, self.threads, self.ctx = factory, devices, threads, ctx
         self.processes: list[Any] = [None] * len(devices)
         self.inboxes: list[Any] = [None] * len(devices)
+        self.outboxes: list[Any] = [None] * len(devices)  # our reading ends of the result pipes
 
     def __len__(self) -> int:
         return len(self.devices)
 
     def start(self, i: int) -> None:
-        self.inboxes[i] = self.ctx.Queue()
+        self._discard(i)
+        reader, writer = self.ctx.Pipe(duplex=False)
+        self.inboxes[i], self.outboxes[i] = self.ctx.Queue(), reader
         self.processes[i] = self.ctx.Process(
             target=serve_forever, name=f"wam-model-worker-{i}", daemon=True,
-            args=(self.factory, self.devices[i], i, self.threads, self.inboxes[i], self.inbound),
+            args=(self.factory, self.devices[i], i, self.threads, self.inboxes[i], writer),
         )
         self.processes[i].start()
+        writer.close()  # the worker holds it now: its death is EOF on our end
+
+    def _discard(self, i: int) -> None:
+        """Let go of a dead worker's channels (a batch stuck in its queue must not block exit)."""
+        if self.inboxes[i] is not None:
+            _close_queue(self.inboxes[i])
+        if self.outboxes[i] is not None:
+            self.outboxes[i].close()
+        self.inboxes[i] = self.outboxes[i] = None
+
+    def connections(self) -> list[Any]:
+        return [c for c in self.outboxes if c is not None]
+
+    def lost(self, connection) -> None:
+        """``connection`` reached EOF: its worker has exited."""
+        i = self.outboxes.index(connection)
+        self.outboxes[i] = None
+        connection.close()
 
     def submit(self, i: int, batch_id: int, requests: list[Request]) -> None:
         self.inboxes[i].put((batch_id, requests))
@@ -118,29 +144,48 @@ class LocalWorkerPool:
         for i, process in enumerate(self.processes):
             if process is not None and process.is_alive():
                 self.inboxes[i].put(None)
-        for process in self.processes:
+        for i, process in enumerate(self.processes):
             if process is not None:
                 process.join(timeout=10)
                 if process.is_alive():
                     process.kill()
+                    process.join(timeout=10)
+            self._discard(i)
+
+
+def _close_queue(q) -> None:
+    q.cancel_join_thread()  # its reader may be dead: never wait on the feeder thread at exit
+    q.close()
+
+
+# Percentiles come from the latest this-many samples: a week-long evaluation keeps flat memory.
+STATS_WINDOW = 10_000
 
 
 @dataclass
 class BrokerStats:
-    batch_sizes: list[int] = field(default_factory=list)
-    queue_wait_s: list[float] = field(default_factory=list)
-    model_s: list[float] = field(default_factory=list)
+    batches: int = 0
+    requests: int = 0
+    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
+    queue_wait_s: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
+    model_s: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
     worker_restarts: int = 0
     resent_batches: int = 0
+
+    def add_batch(self, waits_s: list[float]) -> None:
+        self.batches += 1
+        self.requests += len(waits_s)
+        self.batch_sizes.append(len(waits_s))
+        self.queue_wait_s.extend(waits_s)
 
     def summary(self) -> dict[str, float]:
         def pct(values, q):
             return float(np.percentile(values, q)) * 1000 if values else 0.0
 
         return {
-            "batches": len(self.batch_sizes),
-            "requests": int(sum(self.batch_sizes)),
-            "mean_batch_size": float(np.mean(self.batch_sizes)) if self.batch_sizes else 0.0,
+            "batches": self.batches,
+            "requests": self.requests,
+            "mean_batch_size": self.requests / self.batches if self.batches else 0.0,
             "queue_wait_ms_p50": pct(self.queue_wait_s, 50),
             "queue_wait_ms_p95": pct(self.queue_wait_s, 95),
             "model_ms_p50": pct(self.model_s, 50),
@@ -153,18 +198,24 @@ class BrokerStats:
 class BrokerClient:
     """An actor's handle on the broker; a ``Predictor`` for :class:`agents.wam.WAMAgent`.
 
-    Picklable (two queues and numbers), so it is built in the manager and sent to the actor.
-    Noise seeds derive from the episode seed and the call count, so an episode's actions do
-    not depend on which requests its calls were batched with.
+    Holds the actor's own request pipe and reply queue; pass it to the process that uses it
+    as a ``Process`` argument, then call :meth:`close` in the parent (the broker then sees
+    EOF, not a half message, if that process is killed while sending). Noise seeds derive
+    from the episode seed and the call count, so an episode's actions do not depend on which
+    requests its calls were batched with.
     """
 
-    def __init__(self, actor_id: int, inbound, replies, action_horizon: int):
-        self.actor_id, self.inbound, self.replies, self.action_horizon = actor_id, inbound, replies, action_horizon
+    def __init__(self, actor_id: int, requests, replies, action_horizon: int):
+        self.actor_id, self.requests, self.replies, self.action_horizon = actor_id, requests, replies, action_horizon
         self._ids = itertools.count()
         self.episode_seed, self._calls = 0, 0
 
     def begin_episode(self, seed: int) -> None:
         self.episode_seed, self._calls = seed, 0
+
+    def close(self) -> None:
+        """Drop this process's copy of the request pipe (after handing the client to another)."""
+        self.requests.close()
 
     def predict(self, obs, noise_seeds=None):
         from agents.base import unbatch
@@ -180,7 +231,10 @@ class BrokerClient:
             rid = next(self._ids)
             ids.append(rid)
             request = Request(self.actor_id, rid, unbatch(obs, row), noise_seeds[row], time.monotonic())
-            self.inbound.put(("request", request, None))
+            try:
+                self.requests.send(("request", request, None))
+            except (BrokenPipeError, OSError):
+                raise BrokerError("the inference broker has shut down; this actor stops") from None
         answers = self._collect(set(ids))
         return Prediction.stack([answers[r] for r in ids])
 
@@ -209,26 +263,29 @@ class InferenceBroker:
     def __init__(self, factory: PolicyFactory, config: BrokerConfig, ctx=None):
         self.config = config
         self.ctx = ctx or multiprocess.get_context("spawn")
-        self.inbound = self.ctx.Queue()
+        # Messages from this process (stop, actor_gone, Ray results): one pipe, writes locked.
+        self._control, self._control_writer = self.ctx.Pipe(duplex=False)
+        self._control_lock = threading.Lock()
         self.batcher = Batcher(config.inference_batch_size, config.inference_batch_wait_ms)
         self.stats = BrokerStats()
         if config.backend == "ray":
             from wam_gym.ray_backend import RayWorkerPool, ray_devices
 
             self.devices = ray_devices(config)
-            self.pool = RayWorkerPool(factory, self.devices, config, self.inbound)
+            self.pool = RayWorkerPool(factory, self.devices, config, self._post)
         else:
             self.devices = worker_devices(config)
-            self.pool = LocalWorkerPool(factory, self.devices, config.torch_threads_per_worker, self.ctx, self.inbound)
+            self.pool = LocalWorkerPool(factory, self.devices, config.torch_threads_per_worker, self.ctx)
         self.action_horizon: int | None = None
-        self._replies: dict[int, Any] = {}
+        self._requests: dict[int, Any] = {}  # actor -> our reading end of its request pipe
+        self._replies: dict[int, Any] = {}  # actor -> its reply queue
         self._idle: deque[int] = deque()
         self._in_flight: dict[int, tuple[int, list[Request]]] = {}  # worker -> (batch id, requests)
         self._restarts = [0] * len(self.pool)
         self._batch_ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # _requests and _replies: actors come and go from the caller's thread
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> InferenceBroker:
@@ -243,25 +300,34 @@ class InferenceBroker:
     def _await_ready(self, waiting: set[int]) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
         while waiting:
-            try:
-                kind, worker, payload = self.inbound.get(timeout=1.0)
-            except queue.Empty:
+            messages = self._receive(timeout=1.0)
+            for kind, worker, payload in messages:
+                if kind == "failed":
+                    cause = payload.strip().splitlines()[-1]  # the exception line first, then the traceback
+                    raise BrokerError(f"model worker {worker} failed to load its model: {cause}\n{payload}")
+                if kind == "ready":
+                    self.action_horizon = payload
+                    waiting.discard(worker)
+                    self._idle.append(worker)
+            if not messages:
                 dead = [i for i in waiting if not self.pool.alive(i)]
                 if dead or time.monotonic() > deadline:
                     raise BrokerError(f"model worker(s) {dead or sorted(waiting)} did not start") from None
-                continue
-            if kind == "failed":
-                raise BrokerError(f"model worker {worker} failed to load its model:\n{payload}")
-            if kind == "ready":
-                self.action_horizon = payload
-                waiting.discard(worker)
-                self._idle.append(worker)
 
     def close(self) -> None:
         if self._thread is not None:
-            self.inbound.put(("stop", None, None))
+            self._post(("stop", None, None))
             self._thread.join(timeout=10)
         self.pool.close()
+        with self._lock:
+            for connection in self._requests.values():
+                connection.close()
+            for replies in self._replies.values():
+                _close_queue(replies)
+            self._requests.clear()
+            self._replies.clear()
+        self._control.close()
+        self._control_writer.close()
 
     def __enter__(self) -> InferenceBroker:
         return self.start()
@@ -271,20 +337,25 @@ class InferenceBroker:
 
     # ----------------------------------------------------------------- actors
     def client(self, actor_id: int) -> BrokerClient:
-        """Register an actor; its client carries the queues it needs."""
+        """Register an actor; its client carries its own request pipe and reply queue."""
+        reader, writer = self.ctx.Pipe(duplex=False)
         replies = self.ctx.Queue()
         with self._lock:
-            self._replies[actor_id] = replies
-        return BrokerClient(actor_id, self.inbound, replies, self.action_horizon)
+            self._requests[actor_id], self._replies[actor_id] = reader, replies
+        return BrokerClient(actor_id, writer, replies, self.action_horizon)
 
     def forget_actor(self, actor_id: int) -> None:
         """An actor died: drop its queued requests (in-flight ones are answered into the void)."""
-        self.inbound.put(("actor_gone", actor_id, None))
+        self._post(("actor_gone", actor_id, None))
 
     def check(self) -> None:
         """Raise in the caller's thread if the dispatcher gave up."""
         if self._failure is not None:
             raise BrokerError(f"the inference broker stopped: {self._failure}") from self._failure
+
+    def _post(self, message) -> None:
+        with self._control_lock:
+            self._control_writer.send(message)
 
     # ----------------------------------------------------------------- dispatcher
     def _run(self) -> None:
@@ -298,20 +369,36 @@ class InferenceBroker:
     def _step(self) -> bool:
         deadline = self.batcher.next_deadline()
         timeout = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
-        try:
-            message = self.inbound.get(timeout=timeout)
-        except queue.Empty:
-            message = None
-        while message is not None:
+        for message in self._receive(timeout):
             if not self._handle(message):
                 return False
-            try:
-                message = self.inbound.get_nowait()
-            except queue.Empty:
-                message = None
         self._heal()
         self._dispatch()
         return True
+
+    def _receive(self, timeout: float) -> list:
+        """Every message waiting on the control pipe, the workers' and the actors' pipes;
+        waits up to ``timeout`` for the first. A pipe at EOF (its writer died) is let go."""
+        with self._lock:
+            actors = {c: a for a, c in self._requests.items()}
+        workers = self.pool.connections()
+        messages = []
+        for connection in multiprocess.connection.wait([self._control, *workers, *actors], timeout):
+            try:
+                while connection.poll():
+                    messages.append(connection.recv())
+            except (EOFError, OSError):  # a SIGKILL may have cut its last message short: dropped
+                if connection in actors:
+                    self._drop_requests_pipe(actors[connection])
+                elif connection in workers:
+                    self.pool.lost(connection)
+        return messages
+
+    def _drop_requests_pipe(self, actor_id: int) -> None:
+        with self._lock:
+            connection = self._requests.pop(actor_id, None)
+        if connection is not None:
+            connection.close()
 
     def _handle(self, message) -> bool:
         kind, a, b = message
@@ -325,8 +412,11 @@ class InferenceBroker:
             logger.error("restarted model worker %d failed to load:\n%s", a, b)
         elif kind == "actor_gone":
             self.batcher.drop_actor(a)
+            self._drop_requests_pipe(a)
             with self._lock:
-                self._replies.pop(a, None)
+                replies = self._replies.pop(a, None)
+            if replies is not None:
+                _close_queue(replies)
         elif kind == "stop":
             return False
         return True
@@ -337,8 +427,7 @@ class InferenceBroker:
             worker = self._idle.popleft()
             batch_id = next(self._batch_ids)
             self._in_flight[worker] = (batch_id, batch)
-            self.stats.batch_sizes.append(len(batch))
-            self.stats.queue_wait_s.extend(now - r.arrived for r in batch)
+            self.stats.add_batch([now - r.arrived for r in batch])
             self.pool.submit(worker, batch_id, batch)
 
     def _finish(self, result: BatchResult) -> None:

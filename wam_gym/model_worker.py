@@ -1,11 +1,13 @@
 """A model worker: one model copy on one device, serving batches of requests.
 
-The same ``ModelServer`` runs inside a local process (``serve_forever``, fed by queues) and
-inside a Ray actor (see wam_gym/ray_backend.py).
+The same ``ModelServer`` runs inside a local process (``serve_forever``: batches in on a queue,
+results out on the worker's own pipe) and inside a Ray actor (see wam_gym/ray_backend.py).
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -19,6 +21,9 @@ from wam_gym.batching import Request
 # Builds the policy inside the worker, given its device ("cpu", "cuda:1"): a checkpoint
 # load, or any callable multiprocess/Ray can pickle (dill: closures and lambdas work).
 PolicyFactory = Callable[[str], Any]
+
+# How often an idle worker checks that the broker's process still exists.
+ORPHAN_CHECK_S = 2.0
 
 
 @dataclass
@@ -80,13 +85,32 @@ class ModelServer:
 
 
 def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: int | None, inbox, outbox) -> None:
-    """Process entry point: build the model, announce it, serve batches until ``None``."""
+    """Process entry point: build the model, announce it, serve batches until ``None``.
+
+    ``outbox`` is this worker's own pipe to the broker, so a SIGKILL here can cut short only
+    its own message. The worker also stops when the broker's process is gone (killed, so it
+    never sent ``None``): an orphaned model copy would hold its GPU memory forever.
+    """
+    broker = os.getppid()
     try:
         server = ModelServer(factory, device, worker_id, threads)
     except Exception:
-        outbox.put(("failed", worker_id, traceback.format_exc()))
+        outbox.send(("failed", worker_id, traceback.format_exc()))
         return
-    outbox.put(("ready", worker_id, server.action_horizon))
-    while (message := inbox.get()) is not None:
-        batch_id, requests = message
-        outbox.put(("result", worker_id, server.run(batch_id, requests)))
+    try:
+        outbox.send(("ready", worker_id, server.action_horizon))
+        while (message := _next_batch(inbox, broker)) is not None:
+            batch_id, requests = message
+            outbox.send(("result", worker_id, server.run(batch_id, requests)))
+    except (BrokenPipeError, EOFError):  # the broker closed its end: it is gone
+        return
+
+
+def _next_batch(inbox, broker: int):
+    """The next ``(batch_id, requests)``; ``None`` when told to stop or orphaned."""
+    while True:
+        try:
+            return inbox.get(timeout=ORPHAN_CHECK_S)
+        except queue.Empty:
+            if os.getppid() != broker:
+                return None

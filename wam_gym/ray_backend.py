@@ -1,7 +1,7 @@
 """Model workers as Ray actors (``MULTIRUN.backend=ray``), for more GPUs than one machine has.
 
-The broker's dispatcher is unchanged: this pool answers on the same inbound queue as the
-local one, through a watcher thread that waits on the actors' result refs. Without
+The broker's dispatcher is unchanged: this pool posts the same messages as the local one's
+pipes carry, from a watcher thread that waits on the actors' result refs. Without
 ``MULTIRUN.ray_address`` a local Ray cluster is started on 127.0.0.1 with no dashboard;
 with one, the pool joins that cluster (``ray start --head`` on your machines).
 """
@@ -42,16 +42,31 @@ def ray_devices(config) -> list[str]:
     return [d for d in per_machine for _ in range(config.workers_per_gpu)]
 
 
+def _keep_ray_on_loopback() -> None:
+    """Bind every server of a local Ray cluster (GCS, raylet, workers, agents) to 127.0.0.1.
+
+    ``_node_ip_address`` alone is not enough: on Linux Ray resolves 127.0.0.1 to the routable
+    address and its servers listen on every interface. Ray's own localhost switch (meant for
+    macOS and Windows) stops that; spawned Ray processes read it from the environment, this one
+    from the constant it already imported. A user's explicit setting of the variable wins.
+    """
+    from ray._private import ray_constants
+
+    if os.environ.setdefault(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0") == "0":
+        ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 class RayWorkerPool:
-    def __init__(self, factory: PolicyFactory, devices: list[str], config, inbound):
+    def __init__(self, factory: PolicyFactory, devices: list[str], config, post):
         import ray
 
-        self.ray, self.factory, self.devices, self.config, self.inbound = ray, factory, devices, config, inbound
+        self.ray, self.factory, self.devices, self.config, self.post = ray, factory, devices, config, post
         self._owns_cluster = not ray.is_initialized()
         if self._owns_cluster:
             if config.ray_address:
                 ray.init(address=config.ray_address, log_to_driver=False)
             else:
+                _keep_ray_on_loopback()
                 ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
         self._actor_cls = ray.remote(RayModelWorker)
         self.handles: list[Any] = [None] * len(devices)
@@ -84,6 +99,9 @@ class RayWorkerPool:
     def pid(self, i: int) -> int | None:
         return self.ray.get(self.handles[i].pid.remote())
 
+    def connections(self) -> list:
+        return []  # results arrive through post()
+
     def _watch(self) -> None:
         while not self._stop.is_set():
             with self._lock:
@@ -99,10 +117,10 @@ class RayWorkerPool:
                     value = self.ray.get(ref)
                 except Exception as exc:
                     if kind == "ready":  # the actor could not build its model: say why
-                        self.inbound.put(("failed", worker, str(exc)))
+                        self.post(("failed", worker, str(exc)))
                     self._dead[worker] = True  # else the broker restarts it and resends its batch
                     continue
-                self.inbound.put(("ready", worker, value) if kind == "ready" else ("result", worker, value))
+                self.post(("ready", worker, value) if kind == "ready" else ("result", worker, value))
 
     def close(self) -> None:
         self._stop.set()

@@ -14,6 +14,7 @@ Nothing here downloads: paths must be local directories. No pickle is ever loade
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -91,6 +92,20 @@ def _require_weights(folder: Path, root: Path) -> None:
             f"{root} is incomplete: {folder.relative_to(root)}/ lacks {', '.join(missing)} "
             "(only safetensors weights are loaded; re-save or re-download the checkpoint)"
         )
+    for index in folder.glob("*.safetensors.index.json"):
+        shards = _read_json(index).get("weight_map", {}).values()
+        if unsafe := sorted({s for s in shards if not str(s).endswith(".safetensors")}):
+            raise MissingCheckpointError(
+                f"{index} names non-safetensors shards {unsafe[:3]}; only safetensors weights are loaded "
+                "(convert the shards with safetensors, or re-save the checkpoint)"
+            )
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise MissingCheckpointError(f"{path} is not readable JSON ({exc}); re-save the checkpoint") from exc
 
 
 def _load_components(root: Path, names: tuple[str, ...], config: MoTConfig) -> dict[str, Any]:

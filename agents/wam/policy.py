@@ -151,7 +151,10 @@ class WAMPolicy:
         state = np.asarray(state)
         dim = self.model.config.state_dim
         if state.shape != (batch, dim) or not np.issubdtype(state.dtype, np.floating):
-            raise ValueError(f"state is {state.dtype} {state.shape}; the model needs float (B, {dim}) with B={batch}")
+            raise ValueError(
+                f"state is {state.dtype} {state.shape}; the model needs float (B, {dim}) with B={batch} "
+                "(a different state size means the checkpoint was trained on another env: evaluate it there)"
+            )
         return torch.from_numpy(self.normalizer.normalize_state(state)).to(self.model.device)
 
     @staticmethod

@@ -11,13 +11,20 @@ import logging
 import sys
 
 import hydra
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from wam_gym.cli import fail, run_hydra
-from wam_gym.eval.config import EvalConfig
 
-ConfigStore.instance().store(name="eval_schema", node=EvalConfig)
+
+def register_schema() -> None:
+    """The structured config eval.yaml builds on. Only when run as a command: the actors, spawned
+    processes that import this module again (as ``__mp_main__``), then skip the model imports
+    wam_gym.eval.config pulls in (about 10 s of CPU per actor here)."""
+    from hydra.core.config_store import ConfigStore
+
+    from wam_gym.eval.config import EvalConfig
+
+    ConfigStore.instance().store(name="eval_schema", node=EvalConfig)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="eval")
@@ -28,7 +35,7 @@ def main(cfg: DictConfig) -> None:
 
     logging.getLogger("wam_gym").setLevel(logging.INFO)
     try:
-        config: EvalConfig = OmegaConf.to_object(cfg)  # the dataclasses' own checks raise ValueError here
+        config = OmegaConf.to_object(cfg)  # the dataclasses' own checks raise ValueError here
         summary = EvalManager(config, OmegaConf.to_container(cfg, resolve=True)).run()
     except (EvalError, BrokerError, ValueError, FileNotFoundError, MissingSimulatorError) as exc:
         fail(exc)  # these messages name their fix: one line, no traceback
@@ -36,4 +43,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_schema()
     run_hydra(main, "python -m wam_gym.eval")

@@ -3,6 +3,10 @@
 Envs are built lazily inside the actor (never in the manager: no GL context there, and no
 memory for suites nobody asked for) and kept per task. A WAM agent's model calls go to
 the broker through a :class:`~wam_gym.broker.BrokerClient`.
+
+Jobs come in and results go out on two pipes of the actor's own, so a SIGKILL of one actor
+can only break its own channel. When the manager dies (SIGKILL) the actor stops too: at once
+when idle (its job pipe reaches EOF), within one env step mid-episode.
 """
 
 from __future__ import annotations
@@ -37,9 +41,14 @@ class ActorSpec:
     video_fps: int = 20
 
 
+class ManagerGone(Exception):
+    """The manager that started this actor has exited: nobody will collect the episode."""
+
+
 class _Actor:
     def __init__(self, actor_id: int, spec: ActorSpec, client):
         self.actor_id, self.spec, self.client = actor_id, spec, client
+        self.manager = os.getppid()
         self.envs: dict[str, Any] = {}
         self.agent = self._make_agent()
 
@@ -74,6 +83,8 @@ class _Actor:
         steps, reward, success = 0, 0.0, False
         since_plan = 0
         while steps < limit:
+            if os.getppid() != self.manager:  # re-parented: the manager was killed
+                raise ManagerGone
             calls = getattr(agent, "num_model_calls", 0)
             action = agent.act(obs)
             since_plan = 0 if getattr(agent, "num_model_calls", 0) != calls else since_plan + 1
@@ -125,14 +136,20 @@ class _Actor:
 
 
 def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
-    """Process entry point: run jobs until ``None``; report each record or error."""
+    """Process entry point: run jobs (from the ``jobs`` pipe) until ``None``; send each record or
+    error on the ``results`` pipe. Returns quietly once the manager is gone."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     actor = _Actor(actor_id, spec, client)
     try:
-        while (job := jobs.get()) is not None:
+        while (job := jobs.recv()) is not None:
             try:
-                results.put(("done", actor_id, actor.run(job)))
+                message = ("done", actor_id, actor.run(job))
+            except ManagerGone:
+                return
             except Exception as exc:
-                results.put(("error", actor_id, (job, type(exc).__name__, str(exc), traceback.format_exc())))
+                message = ("error", actor_id, (job, type(exc).__name__, str(exc), traceback.format_exc()))
+            results.send(message)
+    except (EOFError, BrokenPipeError):  # the manager closed its ends of the pipes: it exited
+        return
     finally:
         actor.close()

@@ -5,14 +5,18 @@ started again with the same ``EVALUATION.output_dir`` runs exactly the episodes 
 record yet. An actor that dies has its episode retried on a fresh actor (up to
 ``EVALUATION.max_attempts``); a model worker that dies is restarted by the broker and its
 batch resent. Nothing is counted twice: a record, once written, is never replaced.
+
+Episodes still running when a run stops on an error get ``STOP_GRACE_S`` to finish, and are
+kept. A manager killed outright leaves no half-written record (temp files of interrupted
+writes are never counted and are removed by the next run), and its actors stop on their own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
-import queue
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -20,14 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import multiprocess
+import multiprocess.connection
 
 from wam_gym.broker import InferenceBroker
 from wam_gym.eval.actor import ActorSpec, actor_main
 from wam_gym.eval.config import AGENTS, EvalConfig
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, Job, plan, resolve_tasks
-from wam_gym.results import EpisodeRecord, ResultStore, format_table, log_tensorboard, summarize, write_summary
+from wam_gym.results import EPISODES_DIR, EpisodeRecord, ResultStore, format_table, log_tensorboard, summarize, write_summary
 
 logger = logging.getLogger(__name__)
+
+
+# Episodes in flight when a run stops (an error, Ctrl-C) get this long to finish; they are kept.
+STOP_GRACE_S = 30.0
+# Temp names of results.atomic_write (".<name>.<random>.tmp") and video.write_mp4 (".<stem>.<random>.tmp.mp4").
+STALE_TEMP_GLOBS = (".*.tmp", f"{EPISODES_DIR}/*/.*.tmp", "videos/*/.*.tmp.mp4")
 
 
 class EvalError(RuntimeError):
@@ -48,29 +59,46 @@ def checkpoint_policy(
 @dataclass
 class _ActorHandle:
     process: Any
-    jobs: Any
+    jobs: Any  # the manager's sending end of the actor's job pipe
+    results: Any  # the manager's receiving end of the actor's result pipe
     job: Job | None = None
+    closed: bool = False  # the result pipe reached EOF: the actor has exited
+
+    def close(self) -> None:
+        self.jobs.close()
+        self.results.close()
 
 
 class ActorPool:
-    """Rollout actor processes, each fed one job at a time."""
+    """Rollout actor processes, each fed one job at a time.
+
+    Every actor has its own job pipe and result pipe (no queue shared between actors): a
+    SIGKILL can cut short only the dead actor's own message, and never leaves a lock held that
+    the other actors need (a shared multiprocess Queue can: its write lock stays taken forever
+    when the writer dies inside ``put``).
+    """
 
     def __init__(self, ctx, spec: ActorSpec, broker: InferenceBroker | None):
         self.ctx, self.spec, self.broker = ctx, spec, broker
-        self.results = ctx.Queue()
         self.actors: dict[int, _ActorHandle] = {}
         self._ids = itertools.count()
 
     def spawn(self) -> int:
         actor_id = next(self._ids)
         client = self.broker.client(actor_id) if self.broker else None
-        jobs = self.ctx.Queue()
+        job_reader, job_writer = self.ctx.Pipe(duplex=False)
+        result_reader, result_writer = self.ctx.Pipe(duplex=False)
         process = self.ctx.Process(
             target=actor_main, name=f"wam-actor-{actor_id}", daemon=True,
-            args=(actor_id, self.spec, jobs, self.results, client),
+            args=(actor_id, self.spec, job_reader, result_writer, client),
         )
         process.start()
-        self.actors[actor_id] = _ActorHandle(process, jobs)
+        # The actor holds these ends now; closing ours makes each side see EOF when the other dies.
+        job_reader.close()
+        result_writer.close()
+        if client is not None:
+            client.close()
+        self.actors[actor_id] = _ActorHandle(process, job_writer, result_reader)
         return actor_id
 
     def idle(self) -> list[int]:
@@ -80,36 +108,72 @@ class ActorPool:
         return any(a.job is not None for a in self.actors.values())
 
     def assign(self, actor_id: int, job: Job) -> None:
-        self.actors[actor_id].job = job
-        self.actors[actor_id].jobs.put(job)
+        handle = self.actors[actor_id]
+        handle.job = job
+        try:
+            handle.jobs.send(job)
+        except OSError:  # the actor just died; reap() hands its job back
+            pass
 
     def release(self, actor_id: int) -> Job | None:
         handle = self.actors.get(actor_id)
         job, handle.job = (handle.job, None) if handle else (None, None)
         return job
 
-    def reap(self) -> list[Job | None]:
-        """Remove dead actors; return the jobs they held."""
-        lost = []
+    def poll(self, timeout: float) -> list[tuple[str, int, Any]]:
+        """Messages ``(kind, actor_id, payload)`` from the actors; waits up to ``timeout`` for the
+        first one (or for an actor to die)."""
+        handles = [h for h in self.actors.values() if not h.closed]
+        sentinels = [h.process.sentinel for h in self.actors.values() if h.process.is_alive()]
+        ready = set(multiprocess.connection.wait([h.results for h in handles] + sentinels, timeout))
+        return [m for actor_id, h in list(self.actors.items()) if h.results in ready for m in self._drain(actor_id)]
+
+    def _drain(self, actor_id: int) -> list[tuple[str, int, Any]]:
+        handle, messages = self.actors[actor_id], []
+        if handle.closed:
+            return messages
+        try:
+            while handle.results.poll():
+                messages.append(handle.results.recv())
+        except (EOFError, OSError):  # the actor exited; a message a SIGKILL cut short is dropped
+            handle.closed = True
+        return messages
+
+    def reap(self) -> tuple[list[Job | None], list[tuple[str, int, Any]]]:
+        """Remove dead actors: the jobs they held, and what they sent before dying."""
+        lost, late = [], []
         for actor_id, handle in list(self.actors.items()):
             if not handle.process.is_alive():
+                late += self._drain(actor_id)
+                handle.close()
                 del self.actors[actor_id]
                 if self.broker:
                     self.broker.forget_actor(actor_id)
                 logger.warning("actor %d died (exit code %s)", actor_id, handle.process.exitcode)
                 lost.append(handle.job)
-        return lost
+        return lost, late
 
     def pids(self) -> dict[int, int]:
         return {i: a.process.pid for i, a in self.actors.items()}
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float) -> list[tuple[str, int, Any]]:
+        """Ask every actor to exit after its current episode; return what they sent meanwhile.
+        Actors still running after ``grace_s`` are killed."""
         for handle in self.actors.values():
-            handle.jobs.put(None)
-        for handle in self.actors.values():
-            handle.process.join(timeout=10)
+            with contextlib.suppress(OSError):
+                handle.jobs.send(None)
+        deadline = time.monotonic() + grace_s
+        messages = []
+        while any(h.process.is_alive() for h in self.actors.values()) and time.monotonic() < deadline:
+            messages += self.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+        for actor_id, handle in self.actors.items():
             if handle.process.is_alive():
                 handle.process.kill()
+            handle.process.join(timeout=10)
+            messages += self._drain(actor_id)
+            handle.close()
+        self.actors.clear()
+        return messages
 
 
 class EvalManager:
@@ -151,6 +215,7 @@ class EvalManager:
     # ----------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
         keys = [job.key for job in self.jobs]
+        self._remove_stale_temp_files()
         missing = set(self.store.missing(keys))
         todo = deque(job for job in self.jobs if job.key in missing)
         logger.info("%d episodes planned, %d already done, %d to run -> %s",
@@ -160,12 +225,19 @@ class EvalManager:
         try:
             if todo:
                 self._run_jobs(todo, done=len(keys) - len(todo))
-        except EvalError as exc:
-            error = str(exc)
+        except Exception as exc:
+            error = str(exc) if isinstance(exc, EvalError) else f"{type(exc).__name__}: {exc}"
             raise
         finally:
             summary = self._report(time.monotonic() - start, error)
         return summary
+
+    def _remove_stale_temp_files(self) -> None:
+        """Temp files of atomic writes a killed run left (records, results, videos): never counted,
+        removed here so they do not pile up. Assumes one run per output_dir at a time."""
+        for path in itertools.chain(*(self.output_dir.glob(p) for p in STALE_TEMP_GLOBS)):
+            logger.info("removing %s, left by an interrupted run", path)
+            path.unlink(missing_ok=True)
 
     def _spec(self) -> ActorSpec:
         ev = self.config.EVALUATION
@@ -204,48 +276,54 @@ class EvalManager:
                 for actor_id in actors.idle():
                     if todo:
                         actors.assign(actor_id, todo.popleft())
-                self._collect(actors, bar)
-                self._retry_lost(actors, todo)
+                self._collect(actors, actors.poll(timeout=0.5), bar)
+                self._retry_lost(actors, todo, bar)
                 if broker:
                     broker.check()
         finally:
             bar.close()
-            actors.stop()
+            if actors.busy():
+                logger.info("stopping: waiting up to %.0f s for the episodes in flight", STOP_GRACE_S)
+            self._keep_finished(actors.stop(STOP_GRACE_S))  # before the broker closes: WAM episodes need it
             if broker:
                 self.broker_stats = broker.stats.summary()
                 broker.close()
 
-    def _collect(self, actors: ActorPool, bar) -> None:
-        try:
-            kind, actor_id, payload = actors.results.get(timeout=0.5)
-        except queue.Empty:
-            return
-        while True:
-            if kind == "error":
-                job, error_type, message, trace = payload
-                logger.error("episode %s trial %d failed:\n%s", job.task.name, job.trial, trace)
-                raise EvalError(
-                    f"{job.task.name} trial {job.trial} failed: {error_type}: {message}. Episodes finished so far are "
-                    f"in {self.output_dir}; fix the cause and run again with EVALUATION.output_dir={self.output_dir} "
-                    "to resume"
-                )
-            actors.release(actor_id)
-            record: EpisodeRecord = payload
-            if self.store.write(record):
-                bar.update(1)
-            try:
-                kind, actor_id, payload = actors.results.get_nowait()
-            except queue.Empty:
-                return
+    def _collect(self, actors: ActorPool, messages: list, bar) -> None:
+        """Write every finished episode, then raise for the first failed one (if any)."""
+        errors = [payload for kind, _, payload in messages if kind == "error"]
+        for kind, actor_id, payload in messages:
+            if kind == "done":
+                actors.release(actor_id)
+                record: EpisodeRecord = payload
+                if self.store.write(record):
+                    bar.update(1)
+        if errors:
+            job, error_type, message, trace = errors[0]
+            logger.error("episode %s trial %d failed:\n%s", job.task.name, job.trial, trace)
+            raise EvalError(
+                f"{job.task.name} trial {job.trial} failed: {error_type}: {message}. Episodes finished so far are "
+                f"in {self.output_dir}; fix the cause and run again with EVALUATION.output_dir={self.output_dir} "
+                "to resume"
+            )
 
-    def _retry_lost(self, actors: ActorPool, todo: deque[Job]) -> None:
+    def _keep_finished(self, messages: list) -> None:
+        """Episodes that finished while the run was stopping count like any other."""
+        for kind, _, payload in messages:
+            if kind == "done" and self.store.write(payload):
+                logger.info("kept %s trial %d, finished while stopping", payload.task, payload.trial)
+
+    def _retry_lost(self, actors: ActorPool, todo: deque[Job], bar) -> None:
         max_attempts = self.config.EVALUATION.max_attempts
-        for job in actors.reap():
+        lost, late = actors.reap()
+        self._collect(actors, late, bar)  # a record sent just before dying is kept, not rerun
+        for job in lost:
             if job is not None and job.key not in self.store.done():
                 if job.attempts >= max_attempts:
                     raise EvalError(f"{job.task.name} trial {job.trial}: its actor died {job.attempts} times; giving up")
                 todo.appendleft(Job(job.task, job.trial, job.seed, job.attempts + 1))
-            actors.spawn()
+            if todo:
+                actors.spawn()
 
     # ----------------------------------------------------------------- report
     def _report(self, wall_time_s: float, error: str | None) -> dict[str, Any]:
