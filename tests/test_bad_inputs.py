@@ -210,6 +210,17 @@ def load_truncated_weights(ctx: Ctx):
     load_pretrained(ckpt)
 
 
+def load_truncated_lora(ctx: Ctx):
+    from agents.wam import LoraSettings, add_lora, build_model, load_pretrained, preset, save_pretrained
+
+    model = build_model(preset("tiny"))  # not the shared one: LoRA layers would stay in it
+    add_lora(model, LoraSettings(rank=2))
+    ckpt = save_pretrained(model, ctx.tmp / "lora-ckpt")
+    adapter = next((ckpt / "lora").rglob("*.safetensors"))
+    adapter.write_bytes(adapter.read_bytes()[:50])  # an interrupted copy
+    load_pretrained(ckpt)
+
+
 def load_pickle_shards(ctx: Ctx):
     """A sharded index whose shards are .bin (pickle) files: refused before anything is read."""
     import json
@@ -414,6 +425,8 @@ def cases() -> list[Case]:
              r"transformer/ cannot be loaded .*truncated or corrupt: re-save the checkpoint"),
         Case("ckpt-pickle-shards", load_pickle_shards, MissingCheckpointError,
              r"names non-safetensors shards .*only safetensors weights are loaded \(convert the shards"),
+        Case("ckpt-corrupt-lora", load_truncated_lora, ValueError,
+             r"LoRA weights \S+ are truncated or corrupt .*; re-save the adapters"),
         Case("ckpt-missing-stats", call("agents.wam.normalization:Normalizer.from_stats_file", "/nonexistent/stats.json"),
              FileNotFoundError, r"dataset stats \S+ not found; point EVALUATION\.dataset_stats_path at"),
         # --- evaluation

@@ -193,14 +193,14 @@ PLANTS = {
                             ("MissingCheckpointError", r"text_encoder/ lacks \*\.safetensors")),
     "bin-beside-safetensors": ("plain", "vae/diffusion_pytorch_model.safetensors",
                                lambda p, d: (p.parent / "diffusion_pytorch_model.bin").write_bytes(d), None),
-    # A safetensors index may name a .bin shard: diffusers/transformers then torch.load it, with
-    # weights_only=True (they pass it themselves), so the payload is refused, not run.
+    # A safetensors index may name a .bin shard, which diffusers/transformers would torch.load
+    # (with weights_only=True); load_pretrained refuses the index before any shard is read.
     "index-to-bin-shard": ("plain", TRANSFORMER, lambda p, d: _index_to(p, "diffusion_pytorch_model-00001-of-00001.bin", d),
-                           ("MissingCheckpointError", "UnpicklingError")),
+                           ("MissingCheckpointError", "names non-safetensors shards")),
     "text-encoder-index-to-bin": ("plain", TEXT_ENCODER, lambda p, d: _index_to(p, "pytorch_model-00001-of-00001.bin", d),
-                                  ("UnpicklingError", "Weights only load failed")),  # not wrapped in MissingCheckpointError
+                                  ("MissingCheckpointError", "names non-safetensors shards")),
     "lora-overwritten": ("lora", "lora/video/adapter_model.safetensors", lambda p, d: p.write_bytes(d),
-                         ("SafetensorError", "deserializing header")),  # safetensors' own error, no path in it
+                         ("ValueError", r"LoRA weights \S+ are truncated or corrupt")),
     "lora-as-bin": ("lora", "lora/video/adapter_model.safetensors", lambda p, d: _replace(p, "adapter_model.bin", d),
                     ("FileNotFoundError", r"lacks video/adapter_model\.safetensors")),
 }

@@ -18,29 +18,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from safetensors.torch import load_file
+from test_training import overrides, run  # helpers only: no tests are imported
 
 from training import loop
-from training.config import register_configs
 from training.engine import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_S = 300
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("metaworld") is None, reason="needs wam_gym[metaworld]")
-
-
-def overrides(dataset: Path, out: Path, *extra: str) -> list[str]:
-    return ["task=metaworld_tiny", f"dataset.root={dataset}", "model.image_size=[32,32]", "batch_size=4",
-            "num_workers=0", "log_every=1", f"output_dir={out}", *extra]
-
-
-def train_in_process(args: list[str]) -> Path:
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "training" / "conf"), version_base=None):
-        return loop.train(OmegaConf.to_object(compose("train", overrides=args)))
 
 
 def env() -> dict[str, str]:
@@ -98,7 +85,7 @@ def assert_same_checkpoint(a: dict, b: dict) -> None:
 
 
 def train_logging_batches(args: list[str]) -> list[dict]:
-    """train_in_process, returning what LOGGING_TRAIN would log (without the pid)."""
+    """test_training.run, returning what LOGGING_TRAIN would log (without the pid)."""
     logged = []
     real = loop._micro_step
 
@@ -108,7 +95,7 @@ def train_logging_batches(args: list[str]) -> list[dict]:
 
     loop._micro_step = log
     try:
-        train_in_process(args)
+        run(args)
     finally:
         loop._micro_step = real
     return logged

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model, set_peft_model_state_dict
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -89,6 +90,10 @@ def load_lora(model: nn.Module, directory: Path) -> None:
         path = directory / expert / ADAPTER_FILE
         if not path.is_file():
             raise FileNotFoundError(f"LoRA checkpoint {directory} lacks {path.relative_to(directory)}; re-save the adapters")
-        result = set_peft_model_state_dict(getattr(model, EXPERTS[expert]), load_file(str(path)))
+        try:
+            weights = load_file(str(path))
+        except SafetensorError as exc:
+            raise ValueError(f"LoRA weights {path} are truncated or corrupt ({exc}); re-save the adapters") from exc
+        result = set_peft_model_state_dict(getattr(model, EXPERTS[expert]), weights)
         if result.unexpected_keys:
             raise ValueError(f"LoRA weights in {path} do not fit the model: {result.unexpected_keys[:3]}")
