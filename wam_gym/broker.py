@@ -367,7 +367,8 @@ class InferenceBroker:
             self._failure = exc
 
     def _step(self) -> bool:
-        deadline = self.batcher.next_deadline()
+        # With every worker busy a due batch must wait for a result (a message) anyway: no spinning.
+        deadline = self.batcher.next_deadline() if self._idle else None
         timeout = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
         for message in self._receive(timeout):
             if not self._handle(message):
