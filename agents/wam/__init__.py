@@ -3,20 +3,38 @@
     from agents.wam import MoTWAM, WAMAgent, WAMPolicy, preset
     policy = WAMPolicy(build_model(preset("tiny")))
     agent = WAMAgent(policy, action_horizon=16, replan_steps=8)
+
+Names load on first use (PEP 562), so importing a light submodule such as
+``agents.wam.config`` or ``agents.wam.inference_config`` does not import diffusers.
 """
 
-from agents.wam.agent import WAMAgent, WAMAgentConfig
-from agents.wam.checkpoint import MissingCheckpointError, build_model, load_pretrained, save_pretrained
-from agents.wam.config import PRESETS, MoTConfig, preset
-from agents.wam.lora import LoraSettings, add_lora
-from agents.wam.mot import MoTWAM
-from agents.wam.normalization import Normalizer
-from agents.wam.policy import InferenceConfig, NonFiniteOutputError, Prediction, WAMPolicy
-from agents.wam.sampling import SAMPLERS, FlowSampler, SamplerConfig
+from __future__ import annotations
 
-__all__ = [
-    "PRESETS", "SAMPLERS", "FlowSampler", "InferenceConfig", "LoraSettings", "MissingCheckpointError",
-    "MoTConfig", "MoTWAM", "NonFiniteOutputError", "Normalizer", "Prediction", "SamplerConfig",
-    "WAMAgent", "WAMAgentConfig", "WAMPolicy", "add_lora", "build_model", "load_pretrained", "preset",
-    "save_pretrained",
-]
+import importlib
+
+_SOURCES = {
+    "agents.wam.agent": ("WAMAgent", "WAMAgentConfig"),
+    "agents.wam.checkpoint": ("MissingCheckpointError", "build_model", "load_pretrained", "save_pretrained"),
+    "agents.wam.config": ("PRESETS", "MoTConfig", "preset"),
+    "agents.wam.inference_config": ("InferenceConfig", "SAMPLERS", "SamplerConfig"),
+    "agents.wam.lora": ("LoraSettings", "add_lora"),
+    "agents.wam.mot": ("MoTWAM",),
+    "agents.wam.normalization": ("Normalizer",),
+    "agents.wam.policy": ("NonFiniteOutputError", "Prediction", "WAMPolicy"),
+    "agents.wam.sampling": ("FlowSampler",),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+

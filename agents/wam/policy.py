@@ -17,10 +17,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from agents.wam.inference_config import InferenceConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
-from agents.wam.sampling import FlowSampler, SamplerConfig
-from wam_gym.compile import CompileConfig, compile_module
+from agents.wam.sampling import FlowSampler
+from wam_gym.compile import compile_module
 
 logger = logging.getLogger(__name__)
 STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training statistics
@@ -28,34 +29,6 @@ STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training sta
 
 class NonFiniteOutputError(RuntimeError):
     """The model produced NaN or inf; nothing is sent to the environment."""
-
-
-@dataclass
-class InferenceConfig:
-    """The EVALUATION knobs that act on one model call (seeds' names)."""
-
-    num_inference_steps: int = 10
-    sampler: str = "unipc"
-    shift: float = 5.0
-    inference_cross_kv_reuse: bool = True
-    visualize_future_video: bool = False  # decode the predicted latents into frames
-    torch_compile: bool = False
-    torch_compile_mode: str | None = "reduce-overhead"
-    torch_compile_backend: str = "inductor"
-    torch_compile_fullgraph: bool = False
-    torch_compile_dynamic: bool | None = None
-    torch_compile_options: dict[str, Any] | None = None
-    seed: int = 0  # of the sampling noise: the same observations give the same actions
-
-    def sampler_config(self) -> SamplerConfig:
-        return SamplerConfig(name=self.sampler, num_inference_steps=self.num_inference_steps, shift=self.shift)
-
-    def compile_config(self) -> CompileConfig:
-        return CompileConfig(
-            enabled=self.torch_compile, mode=self.torch_compile_mode, backend=self.torch_compile_backend,
-            fullgraph=self.torch_compile_fullgraph, dynamic=self.torch_compile_dynamic,
-            options=self.torch_compile_options,
-        )
 
 
 @dataclass

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from diffusers import (
     UniPCMultistepScheduler,
 )
 
-SAMPLERS = ("flow_euler", "unipc", "dpmpp", "ddim")
+from agents.wam.inference_config import SAMPLERS, SamplerConfig  # noqa: F401 (SAMPLERS re-exported)
 
 # denoise(latents, sigma) -> velocity per key; sigma is a float32 0-d tensor on the noise device.
 Denoiser = Callable[[dict[str, torch.Tensor], torch.Tensor], Mapping[str, torch.Tensor]]
@@ -35,29 +34,6 @@ Scheduler = (
     | DPMSolverMultistepScheduler
     | DDIMScheduler
 )
-
-
-@dataclass
-class SamplerConfig:
-    """Which solver, how many model calls, and the flow shift.
-
-    ``shift`` warps the schedule as ``s * u / (1 + (s - 1) * u)``: values above 1 spend
-    more steps at high noise (Wan's default is 5.0); ``1.0`` means no shift.
-    """
-
-    name: str = "unipc"
-    num_inference_steps: int = 10
-    shift: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.name not in SAMPLERS:
-            raise ValueError(f"unknown sampler {self.name!r}; choose one of {', '.join(SAMPLERS)}")
-        if not isinstance(self.num_inference_steps, int) or self.num_inference_steps < 1:
-            raise ValueError(
-                f"num_inference_steps must be an int >= 1, got {self.num_inference_steps!r}"
-            )
-        if not self.shift > 0:
-            raise ValueError(f"shift must be > 0 (1.0 = no shift), got {self.shift!r}")
 
 
 def _base_grid(n: int) -> list[float]:

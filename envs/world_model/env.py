@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 @functools.lru_cache(maxsize=4)
 def _shared_world_model(checkpoint: str, device: str, steps: int, sampler: str, shift: float):
-    from agents.wam.policy import InferenceConfig
+    from agents.wam.inference_config import InferenceConfig
     from agents.wam.world_model import WorldModel
 
     config = InferenceConfig(num_inference_steps=steps, sampler=sampler, shift=shift)

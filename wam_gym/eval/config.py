@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from agents.wam.policy import InferenceConfig
+from agents.wam.inference_config import InferenceConfig
 from wam_gym.broker import BrokerConfig
 
 AGENTS = ("wam", "expert", "random")
