@@ -342,6 +342,19 @@ def test_cli_bad_override_names_the_key(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_config_schemas_import_no_model_code(fresh_python):
+    # A typo in an override is reported once the schema is built: that must not wait for
+    # diffusers and transformers (about 7 s here), which only model workers need.
+    proc = fresh_python(
+        "import sys, wam_gym.eval.config, training.config\n"
+        "from agents.wam import InferenceConfig, SamplerConfig\n"
+        "InferenceConfig(sampler='ddim').sampler_config()\n"
+        "heavy = [m for m in ('diffusers', 'transformers', 'peft', 'deepspeed') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_cli_prints_the_config(tmp_path):
     result = cli("--cfg", "job", "EVALUATION.num_trials=3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
