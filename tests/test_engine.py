@@ -449,7 +449,7 @@ def test_deepspeed_resume_is_exact(name, tmp_path, no_shm_build):
     assert_all_equal(ds_opt_tensors(resumed), ds_opt_tensors(full))
 
 
-def test_deepspeed_bf16_step(no_shm_build):
+def test_deepspeed_bf16_step(tmp_path, no_shm_build):
     """DeepSpeed bf16: the module itself is cast to bf16, autocast() is a no-op, fp32 masters step."""
     engine = make_engine(TinyNet(), ds_config("zero2", mixed_precision="bf16"), "cpu")
     assert engine.precision == "bf16" and engine.dtype == torch.bfloat16
@@ -461,6 +461,12 @@ def test_deepspeed_bf16_step(no_shm_build):
     assert all(np.isfinite(losses)) and engine.global_step == 3
     assert engine.optimizer.single_partition_of_fp32_groups[0].dtype == torch.float32
     assert any(not torch.equal(a, b) for a, b in zip(before, params(engine)))
+    # bf16 ZeRO writes its own optimizer file (bf16_zero_pp_rank_*): it loads weights-only too.
+    saved = engine.save(checkpoint_dir(tmp_path, 3), {})
+    assert any(p.name.startswith("bf16_zero_pp_rank_") for p in (saved / "ds").iterdir())
+    resumed = make_engine(TinyNet(seed=5), ds_config("zero2", mixed_precision="bf16"), "cpu")
+    resumed.load(saved)
+    assert resumed.global_step == 3 and all(torch.equal(a, b) for a, b in zip(params(resumed), params(engine)))
 
 
 def test_backends_refuse_each_others_checkpoints(tmp_path, no_shm_build):

@@ -3,12 +3,9 @@
 (a) Checkpoints load only through safetensors or ``torch.load(weights_only=True)``: a static scan
     of the repo's own source for unpickling calls, and pickle payloads (a ``__reduce__`` that would
     create a marker file) planted in checkpoints, which fail to load without running.
-    Trust boundary, not closed here: with ``deepspeed=`` the resume goes through DeepSpeed's own
-    loader, which calls ``torch.load(weights_only=False)`` on ``<ckpt>/ds/*.pt`` (DeepSpeed 0.19,
-    runtime/checkpoint_engine/torch_checkpoint_engine.py). Those files are trusted local training
-    state: a run resumes only from ``<output_dir>/checkpoints/step-XXXXXXXX/`` of its own output_dir
-    (``resume`` is a bool, there is no resume-from-path knob; pinned below). Whoever can write there
-    can run code in the next resume, so never point output_dir at a folder others write.
+    DeepSpeed's own loader would call ``torch.load(weights_only=False)`` on ``<ckpt>/ds/*.pt``;
+    ``training.deepspeed_checkpoint`` swaps it for ``weights_only=True`` with an allowlist of the
+    plain DeepSpeed classes those files hold, and a planted payload there is refused too.
 (b) No pickle crosses a network socket: the local broker's queues are pipes; its process tree
     opens no AF_INET/AF_INET6 socket at all.
 (c) Every listener binds loopback or a Unix socket: a static scan of bind/listen/servers/ray.init/
@@ -127,7 +124,8 @@ def test_the_source_never_unpickles_what_it_reads():
     found = {str(p.relative_to(ROOT)): hits for p in source_files() if (hits := unsafe_loads(p.read_text()))}
     assert found == {}, f"unpickling calls (load safetensors, or torch.load(..., weights_only=True)): {found}"
     torch_loads = [(p.name, n) for p in source_files() for n, _ in calls(p.read_text()) if n == "torch.load"]
-    assert torch_loads == [("engine.py", "torch.load")] * 2  # optimizer.pt and scheduler.pt, both weights_only=True
+    # optimizer.pt and scheduler.pt, and DeepSpeed's ds/*.pt: all weights_only=True
+    assert sorted(torch_loads) == [("deepspeed_checkpoint.py", "torch.load")] + [("engine.py", "torch.load")] * 2
 
 
 # ----------------------------------------------------------------- (a) pickle payloads in checkpoints
@@ -241,21 +239,25 @@ def test_a_pickle_payload_in_training_state_is_refused(name, tmp_path):
     assert not marker.exists()
 
 
-def test_training_resumes_only_from_its_own_output_dir():
-    """DeepSpeed's loader unpickles (weights_only=False): the one resume path must stay the run's own folder."""
-    from dataclasses import fields
+@pytest.mark.parametrize("name", ["mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"])
+def test_a_pickle_payload_in_deepspeed_state_is_refused(name, tmp_path, no_shm_build):
+    from training.deepspeed_checkpoint import UnsafeCheckpointError
+    from training.engine import EngineConfig, make_engine
 
-    from training.config import TrainConfig
+    def engine():
+        return make_engine(torch.nn.Linear(2, 2), EngineConfig(deepspeed="zero2", micro_batch_size=1), "cpu")
 
-    resume = {f.name: str(f.type) for f in fields(TrainConfig) if "resume" in f.name}
-    assert resume in ({"resume": "bool"}, {"resume": str(bool)}), f"a resume-from-path knob: any folder's pickles run {resume}"
-    loads = [(p.relative_to(ROOT), node) for p in (ROOT / "training").rglob("*.py")
-             for name, node in calls(p.read_text()) if name == "engine.load"]
-    assert [str(p) for p, _ in loads] == ["training/loop.py"], loads
-    source = (ROOT / "training" / "loop.py").read_text()
-    assert ast.unparse(loads[0][1]) == "engine.load(ckpt)"
-    assert "out = Path(cfg.output_dir)" in source
-    assert "ckpt = latest_checkpoint(out / 'checkpoints') if cfg.resume else None" in ast.unparse(ast.parse(source))
+    trained = engine()
+    trained.backward(trained(torch.ones(1, 2)).sum())
+    trained.step()
+    saved = trained.save(tmp_path / "step-00000001")
+    fresh = engine()
+    fresh.load(saved)  # what DeepSpeed wrote loads through the allowlist
+    marker = tmp_path / "marker"
+    (saved / "ds" / name).write_bytes(payload(marker))
+    with pytest.raises(UnsafeCheckpointError, match=r"holds io\.open, which is not unpickled here"):
+        engine().load(saved)
+    assert not marker.exists()
 
 
 # ----------------------------------------------------------------- sockets of a process tree

@@ -51,7 +51,8 @@ saved). Torch back end layout::
 DeepSpeed back end: ``engine.save_checkpoint`` / ``load_checkpoint`` (collective: every rank must
 call :meth:`Engine.save` / :meth:`Engine.load`; the checkpoint root must be a filesystem shared by
 all ranks) under tag ``ds/``, plus ``trainer_state.json`` and one ``client_state/rank-XXXXX.json``
-per rank (RNG states differ per rank). DeepSpeed reads its own files with its own loader.
+per rank (RNG states differ per rank). DeepSpeed's loader reads its ``ds/*.pt`` files through
+``training.deepspeed_checkpoint``: ``weights_only=True`` with an allowlist of DeepSpeed's plain classes.
 
 ``client_state`` must be JSON-like (dict / list / str / int / float / bool / None); torch tensors
 and numpy arrays are allowed too (stored as tagged lists and rebuilt on load); tuples come back as
@@ -591,6 +592,8 @@ class DeepSpeedEngine(Engine):
     def __init__(self, model: nn.Module, config: EngineConfig, device):
         import deepspeed
 
+        from training.deepspeed_checkpoint import restrict_to_weights_only
+
         self.config = config
         self.precision = resolve_mixed_precision(config.mixed_precision, torch.device(device))
         ds_config = deepspeed_config_dict(config, device)
@@ -604,6 +607,7 @@ class DeepSpeedEngine(Engine):
         self._ds, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=params, optimizer=optimizer, config=ds_config,
             lr_scheduler=lambda opt: LambdaLR(opt, schedule))
+        restrict_to_weights_only(self._ds)  # DeepSpeed's own loader would fully unpickle ds/*.pt
         self.ds_config = ds_config
         self.module = self._ds.module
         self.optimizer = self._ds.optimizer
