@@ -272,6 +272,12 @@ def train_build(*, dataset: bool = True, **changes) -> Callable[[Ctx], object]:
     return trigger
 
 
+def augment_with_cache(ctx: Ctx):
+    from training.config import DatasetConfig, InfraConfig, TrainConfig
+
+    TrainConfig(dataset=DatasetConfig(deterministic=False), infra=InfraConfig(name="cache", latent_cache=True))
+
+
 def dataset_without_stats(ctx: Ctx):
     from training.data import LeRobotDataset
 
@@ -451,6 +457,9 @@ def cases() -> list[Case]:
              r"LoRA fine-tunes trained weights: set init_from=<checkpoint>"),
         Case("train-unknown-deepspeed", call("training.engine:resolve_deepspeed_config", "zero3"), FileNotFoundError,
              r"deepspeed='zero3': not one of zero1, zero2, zero2_offload"),
+        Case("train-augment-with-cache", augment_with_cache, ValueError,
+             r"^dataset\.deterministic=false \(random augmentation\) cannot use a static latent cache: "
+             r"train with \+infra=online or \+infra=compile"),
         Case("cache-dir-unset", no_cache_dir, ValueError, r"export WAM_LATENT_CACHE=/path/to/cache"),
         Case("cache-missing", cache_with(None), FileNotFoundError,
              r"no latent cache in \S+: generate it with `python scripts/video_cache\.py .*video_latent_cache=generate`"),

@@ -512,3 +512,33 @@ def test_dataloader_workers_do_not_change_the_result(small_dataset, reference_6,
     run(overrides(small_dataset, out, "max_steps=6", "num_workers=2", "dataloader_prefetch_factor=2",
                   "dataloader_persistent_workers=true"))
     assert_same_weights(weights(out, 6), weights(reference_6, 6))
+
+
+AUGMENT = "dataset.deterministic=false"
+
+
+@pytest.fixture(scope="module")
+def augmented_6(small_dataset, tmp_path_factory) -> Path:
+    """reference_6 with random augmentation."""
+    out = tmp_path_factory.mktemp("aug6") / "run"
+    run(overrides(small_dataset, out, "max_steps=6", AUGMENT))
+    return out
+
+
+def test_augmentation_changes_what_is_learned(augmented_6, reference_6):
+    assert trained_keys_differ(weights(augmented_6, 6), weights(reference_6, 6))
+
+
+def test_augmented_training_resumes_exactly(small_dataset, augmented_6, tmp_path):
+    """The draws key on (seed, epoch, position): stop at 3, rerun to 6 == 6 in one go."""
+    out = tmp_path / "resumed"
+    run(overrides(small_dataset, out, "max_steps=3", "save_every=3", AUGMENT))
+    run(overrides(small_dataset, out, "max_steps=6", "save_every=3", AUGMENT))
+    assert_same_weights(weights(out, 6), weights(augmented_6, 6))
+
+
+def test_augmented_training_is_the_same_with_dataloader_workers(small_dataset, augmented_6, tmp_path):
+    out = tmp_path / "workers"
+    run(overrides(small_dataset, out, "max_steps=6", "num_workers=2", "dataloader_prefetch_factor=2",
+                  "dataloader_persistent_workers=true", AUGMENT))
+    assert_same_weights(weights(out, 6), weights(augmented_6, 6))

@@ -11,16 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agents.wam.config import MoTConfig
+from training.data.augment import AugmentConfig
 
 
 @dataclass
 class DatasetConfig:
     root: str | None = None  # a LeRobot v3.0 dataset (python -m training.collect writes one)
     frame_stride: int | None = None  # env steps between predicted frames; null: action_horizon / num_future_frames
-    # Static caches need deterministic preprocessing: the cached latents must be what the
-    # online path would compute. Random augmentation is not implemented, so this is a
-    # declaration the cache checks.
+    # false: random augmentation (dataset.augment) of every clip. Static latent caches need
+    # deterministic preprocessing (the cached latents must be what the online path computes),
+    # so +infra=cache refuses false.
     deterministic: bool = True
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     cache_episodes: int = 256  # decoded (episode, camera) pairs kept per process: shuffled clips hit them
 
 
@@ -94,6 +96,11 @@ class TrainConfig:
     video_latent_cache: str | None = None  # generate: write the cache and exit
     video_latent_cache_fields: list[str] = field(default_factory=lambda: ["video", "text"])
     precompute: PrecomputeConfig = field(default_factory=PrecomputeConfig)
+
+    def __post_init__(self) -> None:
+        if not self.dataset.deterministic and (self.infra.latent_cache or self.video_latent_cache == "generate"):
+            raise ValueError("dataset.deterministic=false (random augmentation) cannot use a static latent cache: "
+                             "train with +infra=online or +infra=compile, or set dataset.deterministic=true")
 
 
 def register_configs() -> None:

@@ -25,6 +25,7 @@ from agents.wam.lora import LoraSettings, add_lora
 from agents.wam.policy import STATS_FILE, InferenceConfig, WAMPolicy
 from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint
 from training.config import TrainConfig
+from training.data.augment import AugmentedClips
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
 from training.engine import EngineConfig, checkpoint_dir, latest_checkpoint, make_engine
@@ -34,15 +35,17 @@ logger = logging.getLogger(__name__)
 
 
 class ResumableSampler(Sampler[int]):
-    """A seeded permutation per epoch, this rank's share of it, from any position."""
+    """A seeded permutation per epoch, this rank's share of it, from any position. ``keyed``:
+    yield ``(epoch, position)`` pairs, for datasets whose random draws key on both."""
 
-    def __init__(self, size: int, seed: int, rank: int = 0, world_size: int = 1):
-        self.size, self.seed, self.rank, self.world_size = size, seed, rank, world_size
+    def __init__(self, size: int, seed: int, rank: int = 0, world_size: int = 1, keyed: bool = False):
+        self.size, self.seed, self.rank, self.world_size, self.keyed = size, seed, rank, world_size, keyed
         self.epoch, self.start = 0, 0
 
     def __iter__(self):
         order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch))
-        yield from order[self.rank :: self.world_size][self.start :].tolist()
+        positions = order[self.rank :: self.world_size][self.start :].tolist()
+        yield from ((self.epoch, p) for p in positions) if self.keyed else positions
 
     def __len__(self) -> int:
         return max(0, math.ceil((self.size - self.rank) / self.world_size) - self.start)
@@ -144,7 +147,8 @@ def train(cfg: TrainConfig) -> Path:
         grad_clip=cfg.grad_clip, warmup_steps=cfg.warmup_steps, lr_schedule=cfg.lr_schedule, max_steps=cfg.max_steps,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps, micro_batch_size=cfg.batch_size,
     ), device)
-    sampler = ResumableSampler(len(clips), cfg.seed, engine.rank, engine.world_size)
+    augment = not cfg.dataset.deterministic
+    sampler = ResumableSampler(len(clips), cfg.seed, engine.rank, engine.world_size, keyed=augment)
     if len(sampler) < cfg.batch_size:
         raise ValueError(f"the dataset has {len(clips)} clips, fewer than batch_size={cfg.batch_size}")
     state = {"epoch": 0, "consumed": 0, "micro_step": 0}
@@ -153,7 +157,7 @@ def train(cfg: TrainConfig) -> Path:
         state = engine.load(ckpt)
         logger.info("resumed from %s (step %d)", ckpt, engine.global_step)
     sampler.epoch, sampler.start = state["epoch"], state["consumed"]
-    loader = make_loader(clips, cfg, sampler, device)
+    loader = make_loader(AugmentedClips(clips, cfg.dataset.augment, cfg.seed) if augment else clips, cfg, sampler, device)
     writer = _writer(out, engine)
     _save_run_files(out, cfg, dataset, engine)
 
