@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from agents.wam import InferenceConfig, MoTWAM, WAMPolicy, build_model, load_pretrained, preset
-from wam_gym.metrics import psnr
+from wam_gym.utils.metrics import psnr
 
 
 def observation(model: MoTWAM, batch: int) -> dict:

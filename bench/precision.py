@@ -10,7 +10,7 @@ One model, its fp32 weights saved once. Every combination of MoTConfig.encoder_m
 fp32 state dict (never from an earlier bf16 cast), runs WAMPolicy.predict on the same
 observations with the same noise seeds, and is compared with fp32:
 
-  PSNR future  predicted future frames vs fp32's (dB, wam_gym.metrics.psnr, frames capped at 100)
+  PSNR future  predicted future frames vs fp32's (dB, wam_gym.utils.metrics.psnr, frames capped at 100)
   PSNR frame 0 the reconstructed current frame (VAE encode + decode) vs fp32's
   max abs da   largest action difference, in the model's normalised units ([-1, 1]: no dataset
                statistics are applied, so checkpoints are comparable)
@@ -41,8 +41,8 @@ import torch
 from diffusers.utils import logging as diffusers_logging
 
 from agents.wam import InferenceConfig, MoTWAM, NonFiniteOutputError, WAMPolicy, build_model, load_pretrained, preset
-from wam_gym.metrics import psnr
-from wam_gym.precision import PrecisionConfig
+from wam_gym.utils.metrics import psnr
+from agents.wam.precision import PrecisionConfig
 
 PARTS = ("backbone", "projectors", "text_encoder", "vae")
 QUICK = ("ladder 0: all fp32", "bf16_full ladder 1: backbone", "all autocast", "all bf16_full")

@@ -4,9 +4,9 @@
         [--size H W] [--data_range 255] [--truncate]
 
 The flags are those of UnifoLM-WMA's psnr_score_for_challenge.py. Both videos are decoded
-with wam_gym.video.read_mp4 and resized (bilinear, antialiased; a different aspect ratio is
+with wam_gym.utils.video.read_mp4 and resized (bilinear, antialiased; a different aspect ratio is
 stretched) to --size, by default the smaller height and the smaller width of the two. Metrics
-are those of wam_gym.metrics:
+are those of wam_gym.utils.metrics:
 
 * ``psnr`` is the mean of per-frame PSNR with each frame capped at PSNR_CAP_DB (100 dB);
   ``per_frame_psnr`` holds the same capped values (an identical frame is 100.0, not inf, so
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from wam_gym import metrics
-from wam_gym.results import atomic_write_text
-from wam_gym.video import read_mp4
+from wam_gym.utils import metrics
+from wam_gym.utils.publish import atomic_write_text
+from wam_gym.utils.video import read_mp4
 
 PROG = "psnr_score.py"
 

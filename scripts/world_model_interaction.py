@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wam_gym.video import tile, write_mp4  # noqa: E402
+from wam_gym.utils.video import tile, write_mp4  # noqa: E402
 
 logger = logging.getLogger("world_model_interaction")
 
@@ -67,7 +67,7 @@ def _chunk(policy, obs, actions: np.ndarray | None, t: int, k: int) -> np.ndarra
 
 def run(args: argparse.Namespace) -> dict:
     import envs
-    from wam_gym.metrics import per_frame_psnr, per_frame_ssim, resize_video
+    from wam_gym.utils.metrics import per_frame_psnr, per_frame_ssim, resize_video
 
     env = envs.make("wam_gym/WorldModel-v0", checkpoint=args.world_model, dataset=args.dataset, device=args.device,
                     num_inference_steps=args.num_inference_steps).unwrapped

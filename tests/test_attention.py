@@ -1,4 +1,4 @@
-"""wam_gym.attention: backend resolution, per-call SDPA fallback, numerical equivalence.
+"""agents.wam.attention: backend resolution, per-call SDPA fallback, numerical equivalence.
 
 No GPU or flash-attn here: FlashAttention packages are faked in sys.modules and the CUDA
 checks are monkeypatched, so the selection and dispatch logic runs on CPU.
@@ -15,7 +15,7 @@ import types
 import pytest
 import torch
 
-from wam_gym import attention as attn
+from agents.wam import attention as attn
 
 
 def reference(q, k, v, mask=None):
@@ -203,10 +203,10 @@ def test_fake_on_cpu_still_resolves_sdpa_under_auto(fakes):
 
 
 def test_selection_is_logged_once(caplog):
-    caplog.set_level(logging.INFO, logger="wam_gym.attention")
+    caplog.set_level(logging.INFO, logger="agents.wam.attention")
     attn.resolve_attention_backend("auto", "cpu")
     attn.resolve_attention_backend("auto", "cpu")
-    lines = [r.getMessage() for r in caplog.records if r.name == "wam_gym.attention"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "agents.wam.attention"]
     assert len(lines) == 1
     assert lines[0].startswith("attention backend: requested=auto selected=sdpa (")
 
@@ -214,7 +214,7 @@ def test_selection_is_logged_once(caplog):
 def test_explicit_selection_is_logged(fakes, gpu, caplog):
     fakes("fa3")
     gpu((9, 0))
-    caplog.set_level(logging.INFO, logger="wam_gym.attention")
+    caplog.set_level(logging.INFO, logger="agents.wam.attention")
     attn.resolve_attention_backend("fa3", "cuda")
     assert "requested=fa3 selected=fa3" in caplog.text
 
@@ -226,7 +226,7 @@ def test_cpu_fp32_call_falls_back_to_sdpa(fakes, gpu, caplog):
     kernel = fakes("fa2")
     gpu((8, 0))
     backend = attn.resolve_attention_backend("fa2", "cuda")
-    caplog.set_level(logging.INFO, logger="wam_gym.attention")
+    caplog.set_level(logging.INFO, logger="agents.wam.attention")
     q, k, v = qkv()
     out = attn.attention(q, k, v, backend)
     attn.attention(q, k, v, backend)

@@ -151,7 +151,7 @@ def autoreset_vector_env(ctx: Ctx):
 
 
 def recompile(ctx: Ctx):
-    from wam_gym.compile import CompileConfig, compile_module
+    from agents.wam.compile import CompileConfig, compile_module
 
     module = torch.nn.Linear(2, 2)
     compile_module(module, CompileConfig(enabled=True, backend="eager", mode=None))  # lazy: nothing compiles
@@ -310,7 +310,7 @@ def no_cache_dir(ctx: Ctx):
 
 def write_video(frames) -> Callable[[Ctx], object]:
     def trigger(ctx: Ctx):
-        from wam_gym.video import write_mp4
+        from wam_gym.utils.video import write_mp4
 
         write_mp4(ctx.tmp / "v.mp4", frames)
 
@@ -319,7 +319,7 @@ def write_video(frames) -> Callable[[Ctx], object]:
 
 def read_video(content: bytes | None) -> Callable[[Ctx], object]:
     def trigger(ctx: Ctx):
-        from wam_gym.video import read_mp4
+        from wam_gym.utils.video import read_mp4
 
         path = ctx.tmp / "v.mp4"
         if content is not None:
@@ -351,9 +351,9 @@ def cases() -> list[Case]:
     from envs.rendering import GLBackendError
     from training.caches import CacheMismatchError
     from training.data import DatasetError
-    from wam_gym.attention import AttentionBackendError
+    from agents.wam.attention import AttentionBackendError
     from wam_gym.broker import BrokerConfig, BrokerError
-    from wam_gym.compile import CompileConfigMismatch
+    from agents.wam.compile import CompileConfigMismatch
 
     f32 = np.float32
     return [
@@ -403,11 +403,11 @@ def cases() -> list[Case]:
              r"preset 'wan22_ti2v_5b' loads Wan weights.*set model\.pretrained_path="),
         Case("model-bad-image-size", call("agents.wam.config:preset", "tiny", image_size=(60, 64)), ValueError,
              r"image_size=\(60, 64\) must be divisible by 16"),
-        Case("model-bad-precision", call("wam_gym.precision:PrecisionConfig", vae="bf16"), ValueError,
+        Case("model-bad-precision", call("agents.wam.precision:PrecisionConfig", vae="bf16"), ValueError,
              r"encoder_mode\.vae='bf16' is not a precision mode; expected one of \('fp32', 'autocast', 'bf16_full'\)"),
         Case("model-unknown-sampler", call("wam_gym.eval.config:EvaluationConfig", sampler="euler"), ValueError,
              r"EVALUATION: unknown sampler 'euler'; choose one of flow_euler, unipc, dpmpp, ddim"),
-        Case("model-flash-attention-on-cpu", call("wam_gym.attention:resolve_attention_backend", "fa3", "cpu"),
+        Case("model-flash-attention-on-cpu", call("agents.wam.attention:resolve_attention_backend", "fa3", "cpu"),
              AttentionBackendError, r"attention_backend=fa3 cannot run.*attention_backend=sdpa or auto works"),
         Case("model-recompile", recompile, CompileConfigMismatch, r"already compiled with .*restart the worker"),
         Case("obs-missing-camera", predict(lambda o: o["pixels"].pop("gripperPOV")), ValueError,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agents.wam import build_model, preset
-from wam_gym.precision import MODES, PrecisionConfig
+from agents.wam.precision import MODES, PrecisionConfig
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "precision.py"
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from wam_gym.compile import CompileConfig, CompileConfigMismatch, compile_module, compiled_config
+from agents.wam.compile import CompileConfig, CompileConfigMismatch, compile_module, compiled_config
 
 
 class _Net(nn.Module):

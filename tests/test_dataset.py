@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import training.data.lerobot as lerobot
 from training.data import ClipDataset, DatasetError, DatasetWriter, LeRobotDataset, compute_stats
-from wam_gym.video import read_mp4
+from wam_gym.utils.video import read_mp4
 
 FPS = 20
 CAMERAS = ("corner", "wrist")

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from wam_gym.video import read_mp4
+from wam_gym.utils.video import read_mp4
 
 
 def test_quick_demo_produces_every_artifact(tmp_path):

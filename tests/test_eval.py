@@ -32,7 +32,7 @@ from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig  # 
 from wam_gym.eval.manager import EvalError, EvalManager  # noqa: E402
 from wam_gym.eval.tasks import TASK_SETS, plan, resolve_tasks  # noqa: E402
 from wam_gym.results import EpisodeRecord, ResultStore  # noqa: E402
-from wam_gym.video import read_mp4  # noqa: E402
+from wam_gym.utils.video import read_mp4  # noqa: E402
 
 REACH, PUSH = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"
 LIBERO_TASK = "wam_gym/LIBERO-Spatial-v0:3"

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from wam_gym.metrics import PSNR_CAP_DB, per_frame_psnr, per_frame_ssim, psnr, resize_video, ssim
+from wam_gym.utils.metrics import PSNR_CAP_DB, per_frame_psnr, per_frame_ssim, psnr, resize_video, ssim
 
 RNG = np.random.default_rng(0)
 

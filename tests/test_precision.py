@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from wam_gym.precision import (
+from agents.wam.precision import (
     MODES,
     PrecisionConfig,
     apply_precision,

@@ -1,4 +1,4 @@
-"""scripts/psnr_score.py on real mp4 files written with wam_gym.video.write_mp4."""
+"""scripts/psnr_score.py on real mp4 files written with wam_gym.utils.video.write_mp4."""
 
 import importlib.util
 import json
@@ -11,8 +11,8 @@ import imageio_ffmpeg
 import numpy as np
 import pytest
 
-from wam_gym import metrics
-from wam_gym.video import read_mp4, write_mp4
+from wam_gym.utils import metrics
+from wam_gym.utils.video import read_mp4, write_mp4
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "psnr_score.py"
 

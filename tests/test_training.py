@@ -382,7 +382,7 @@ def test_prediction_log_keeps_the_compile(dataset, tmp_path):
     that same compile config: WAMPolicy's default one is refused (CompileConfigMismatch), which
     crashed every +infra=compile|cache run after its last step, before the final checkpoint."""
     from agents.wam import WAMPolicy
-    from wam_gym.compile import CompileConfig, CompileConfigMismatch, compile_module
+    from agents.wam.compile import CompileConfig, CompileConfigMismatch, compile_module
 
     cfg = make_config(overrides(dataset, tmp_path / "x"))
     model, _, _ = loop.build(cfg, torch.device("cpu"))

@@ -3,8 +3,8 @@ import logging
 import numpy as np
 import pytest
 
-import wam_gym.video as video
-from wam_gym.video import EpisodeVideo, future_panel, read_mp4, tile, write_mp4
+import wam_gym.utils.video as video
+from wam_gym.utils.video import EpisodeVideo, future_panel, read_mp4, tile, write_mp4
 
 
 def _gradient(t=6, h=50, w=70) -> np.ndarray:
@@ -157,7 +157,7 @@ def test_episode_video_collects_copies_and_saves(tmp_path):
 
 def test_episode_video_max_frames_stops_recording(caplog):
     rec = EpisodeVideo(max_frames=2)
-    with caplog.at_level(logging.WARNING, logger="wam_gym.video"):
+    with caplog.at_level(logging.WARNING, logger="wam_gym.utils.video"):
         for _ in range(5):
             rec.add(np.zeros((4, 4, 3), np.uint8))
     assert len(rec) == 2 and rec.truncated and rec.dropped == 3

@@ -22,9 +22,9 @@ from agents.wam import (
     save_pretrained,
 )
 from agents.wam.checkpoint import CONFIG_FILE
-from wam_gym.attention import AttentionBackendError
-from wam_gym.compile import CompileConfigMismatch
-from wam_gym.precision import PrecisionConfig
+from agents.wam.attention import AttentionBackendError
+from agents.wam.compile import CompileConfigMismatch
+from agents.wam.precision import PrecisionConfig
 
 B = 2
 

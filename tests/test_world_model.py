@@ -199,7 +199,7 @@ def _interaction():
 def test_interaction_loop_replay_writes_videos_and_scores(ckpt, data, tmp_path):
     import json
 
-    from wam_gym.video import read_mp4
+    from wam_gym.utils.video import read_mp4
 
     script = _interaction()
     out = tmp_path / "replay"

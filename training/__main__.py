@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from training.config import TrainConfig, register_configs
-from wam_gym.cli import fail, run_hydra
+from wam_gym.utils.cli import fail, run_hydra
 
 register_configs()
 
@@ -22,7 +22,7 @@ register_configs()
 @hydra.main(version_base=None, config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     from training.loop import train
-    from wam_gym.attention import AttentionBackendError
+    from agents.wam.attention import AttentionBackendError
 
     logging.getLogger().setLevel(logging.INFO)
     try:

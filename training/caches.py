@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from wam_gym.results import atomic_write_text
+from wam_gym.utils.publish import atomic_write_text
 
 META_FILE = "cache_meta.json"
 TEXT_FILE = "text.safetensors"

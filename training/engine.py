@@ -79,6 +79,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from wam_gym.utils.publish import publish_dir
+
 __all__ = [
     "CONFIG_DIR",
     "DEEPSPEED_CONFIGS",
@@ -264,30 +266,6 @@ def latest_checkpoint(root) -> Path | None:
 
 def _staging_path(final: Path) -> Path:
     return final.parent / f".{final.name}.staging"
-
-
-def _fsync_tree(directory: Path) -> None:
-    for path in sorted(directory.rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-    with contextlib.suppress(OSError):  # directory fsync is not supported everywhere
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _publish(staging: Path, final: Path) -> None:
-    """Rename the finished staging directory to ``final`` (replacing an older one of that name)."""
-    _fsync_tree(staging)
-    old = final.parent / f".{final.name}.old"
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-    os.replace(staging, final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -548,7 +526,7 @@ class TorchEngine(Engine):
             "micro_step": self._micro_step, "world_size": 1, "mixed_precision": self.precision,
             "client_state": encoded,
         })
-        _publish(staging, final)
+        publish_dir(staging, final)
         return final
 
     def load(self, directory) -> dict:
@@ -681,7 +659,7 @@ class DeepSpeedEngine(Engine):
                 "mixed_precision": self.precision, "zero_stage": self._ds.zero_optimization_stage(),
                 "client_state": encoded,
             })
-            _publish(staging, final)
+            publish_dir(staging, final)
         dist.barrier()
         return final
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from agents.wam.compile import CompileConfig, compile_module, compiled_config
 from agents.wam.checkpoint import build_model, load_pretrained, save_pretrained
 from agents.wam.lora import LoraSettings, add_lora
 from agents.wam.policy import STATS_FILE, InferenceConfig, WAMPolicy
@@ -29,7 +30,7 @@ from training.data.augment import AugmentedClips
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
 from training.engine import EngineConfig, checkpoint_dir, latest_checkpoint, make_engine
-from wam_gym.compile import CompileConfig, compile_module, compiled_config
+from wam_gym.utils.publish import remove_dir
 
 logger = logging.getLogger(__name__)
 
@@ -231,17 +232,9 @@ def _checkpoint(engine, out: Path, state: dict, keep: int) -> None:
     engine.save(checkpoint_dir(root, engine.global_step), dict(state))
     if engine.is_main_process:
         for old in sorted(root.glob("step-*"))[:-keep]:
-            _delete(old)
+            remove_dir(old)
         for left in root.glob(".deleting-*"):  # a run killed while deleting left these
-            _delete(left)
-
-
-def _delete(checkpoint: Path) -> None:
-    """Rename first, so a kill midway leaves a hidden leftover, never a half ``step-*`` dir."""
-    doomed = checkpoint if checkpoint.name.startswith(".deleting-") else checkpoint.with_name(f".deleting-{checkpoint.name}")
-    if doomed != checkpoint:
-        checkpoint.rename(doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+            remove_dir(left)
 
 
 def _writer(out: Path, engine):

@@ -22,7 +22,9 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from wam_gym.utils.publish import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -87,45 +89,6 @@ def task_slug(task: str) -> str:
     digest = hashlib.sha1(task.encode()).hexdigest()[:10]
     readable = _UNSAFE.sub("_", task).strip("._")[:80]
     return f"{readable}__{digest}"
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write(f)`` on a temp file, then move it over ``path``: readers see the old
-    file or the new one, never a partial one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Same directory: os.replace is only atomic within one filesystem. Dot-prefixed ".tmp"
-    # names are skipped by every scan, so a crash here leaves nothing that looks like a record.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Persist the rename itself (matters on power loss, not on a killed process)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class ResultStore:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,8 @@ from agents.wam.action_expert import ActionExpert
 from agents.wam.config import MoTConfig
 from agents.wam.lora import base_state_dict, has_lora, load_lora, save_lora
 from agents.wam.mot import MoTWAM
-from wam_gym.precision import module_dtype
+from agents.wam.precision import module_dtype
+from wam_gym.utils.publish import atomic_dir, recover_dir
 
 CONFIG_FILE = "wam_config.json"
 COMPONENTS = {
@@ -50,20 +49,13 @@ class MissingCheckpointError(FileNotFoundError):
 def save_pretrained(model: MoTWAM, directory: str | Path) -> Path:
     """Write ``model`` to ``directory`` atomically (a crash never leaves half a checkpoint)."""
     target = Path(directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic_dir(target) as staging:
         for name in COMPONENTS:
             _save_component(getattr(model, name), staging / name)
         model.tokenizer.save_pretrained(str(staging / "tokenizer"))
         if has_lora(model):
             save_lora(model, staging / "lora")
-        model.config.save(staging / CONFIG_FILE)  # written last: its presence marks a whole checkpoint
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        model.config.save(staging / CONFIG_FILE)
     return target
 
 
@@ -144,6 +136,7 @@ def load_pretrained(directory: str | Path, **overrides: Any) -> MoTWAM:
     e.g. ``encoder_mode``, ``vae_micro_batch_size``, ``video_mode``, or ``backbone`` settings.
     """
     root = Path(directory).expanduser()
+    recover_dir(root)  # a publish killed between its two renames (where renameat2 is missing)
     _require_dir(root, "checkpoint", "train one with `python -m training` or pass the directory save_pretrained wrote")
     if not (root / CONFIG_FILE).is_file():
         raise MissingCheckpointError(

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wam_gym.attention import BACKENDS
-from wam_gym.precision import PrecisionConfig
+from agents.wam.attention import BACKENDS
+from agents.wam.precision import PrecisionConfig
 
 VIDEO_MODES = ("joint", "action_only")
 

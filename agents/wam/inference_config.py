@@ -56,7 +56,7 @@ class InferenceConfig:
         return SamplerConfig(name=self.sampler, num_inference_steps=self.num_inference_steps, shift=self.shift)
 
     def compile_config(self):
-        from wam_gym.compile import CompileConfig
+        from agents.wam.compile import CompileConfig
 
         return CompileConfig(
             enabled=self.torch_compile, mode=self.torch_compile_mode, backend=self.torch_compile_backend,

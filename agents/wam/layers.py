@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from wam_gym.attention import attention
+from agents.wam.attention import attention
 
 
 @dataclass

@@ -27,8 +27,8 @@ from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
 from agents.wam.action_expert import ActionExpert
 from agents.wam.config import MoTConfig
 from agents.wam.layers import LayerContext, mot_layer
-from wam_gym.attention import resolve_attention_backend
-from wam_gym.precision import apply_precision, module_dtype, precision_scope
+from agents.wam.attention import resolve_attention_backend
+from agents.wam.precision import apply_precision, module_dtype, precision_scope
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from agents.wam.inference_config import InferenceConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
 from agents.wam.sampling import FlowSampler
-from wam_gym.compile import compile_module
+from agents.wam.compile import compile_module
 
 logger = logging.getLogger(__name__)
 STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training statistics

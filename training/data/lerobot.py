@@ -39,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wam_gym.results import atomic_write, atomic_write_text
-from wam_gym.video import read_mp4, write_mp4
+from wam_gym.utils.publish import atomic_write, atomic_write_text
+from wam_gym.utils.video import read_mp4, write_mp4
 
 log = logging.getLogger(__name__)
 

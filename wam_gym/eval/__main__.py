@@ -13,7 +13,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from wam_gym.cli import fail, run_hydra
+from wam_gym.utils.cli import fail, run_hydra
 
 
 def register_schema() -> None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from wam_gym.eval.tasks import Job
 from wam_gym.results import EpisodeRecord, task_slug
-from wam_gym.video import EpisodeVideo, future_panel, tile
+from wam_gym.utils.video import EpisodeVideo, future_panel, tile
 
 
 @dataclass

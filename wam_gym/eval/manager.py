@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 # Episodes in flight when a run stops (an error, Ctrl-C) get this long to finish; they are kept.
 STOP_GRACE_S = 30.0
-# Temp names of results.atomic_write (".<name>.<random>.tmp") and video.write_mp4 (".<stem>.<random>.tmp.mp4").
+# Temp names of wam_gym.utils.publish.atomic_path (".<name>.<random>.tmp", ".<name>.<random>.tmp.mp4" for videos).
 STALE_TEMP_GLOBS = (".*.tmp", f"{EPISODES_DIR}/*/.*.tmp", "videos/*/.*.tmp.mp4")
 
 

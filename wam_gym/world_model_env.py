@@ -35,8 +35,8 @@ from gymnasium import spaces
 
 from envs.contract import instruction_space, pixel_space, vector_space
 from envs.errors import MissingAssetsError
-from wam_gym.metrics import resize_video
-from wam_gym.video import tile
+from wam_gym.utils.metrics import resize_video
+from wam_gym.utils.video import tile
 
 logger = logging.getLogger(__name__)
 

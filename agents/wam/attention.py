@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-logger = logging.getLogger("wam_gym.attention")
+logger = logging.getLogger("agents.wam.attention")
 
 BACKENDS = ("auto", "fa4", "fa3", "fa2", "sdpa")
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import imageio.v2 as imageio
 import numpy as np
+
+from wam_gym.utils.publish import atomic_path
 
 log = logging.getLogger(__name__)
 _RGB = "pass RGB images, one (H, W, 3) array per frame (grey ones: np.stack([x] * 3, -1))"
@@ -60,15 +61,9 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray | Iterable[np.ndarray]
     h, w = first.shape[:2]
     pixelformat = "yuv420p" if h % 2 == 0 and w % 2 == 0 else "yuv444p"
     path.parent.mkdir(parents=True, exist_ok=True)
-    # The ".mp4" suffix lets ffmpeg pick the container; the leading "." hides it from globbing.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp.mp4")
-    os.close(fd)
-    try:
-        _encode(tmp, first, it, fps, pixelformat)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # The ".mp4" suffix lets ffmpeg pick the container.
+    with atomic_path(path, suffix=".tmp.mp4") as tmp:
+        _encode(str(tmp), first, it, fps, pixelformat)
     return path
 
 

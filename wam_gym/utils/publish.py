@@ -1,0 +1,173 @@
+"""Atomic publish: readers see the old file or directory, or the new one, never a partial one.
+
+Everything is first written under a hidden name (leading ``.``; every scan in the project skips
+those) in the target's own directory, because a rename is only atomic within one filesystem.
+
+* :func:`atomic_write` / :func:`atomic_write_text`: one file, written through a file object.
+* :func:`atomic_path`: one file written by a tool that needs a path (ffmpeg, say).
+* :func:`atomic_dir`: a whole directory (a checkpoint). The old directory stays in place until
+  the new one is: on Linux the two are swapped in one ``renameat2(RENAME_EXCHANGE)`` call; where
+  that is not available the old one is renamed aside first and :func:`recover_dir` puts it back
+  if a kill came between the two renames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+    """Call ``write(f)`` on a temp file, then move it over ``path``."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a hidden temp path beside ``path``; on a clean exit it replaces ``path``.
+
+    ``suffix`` lets tools that choose a format by extension see one (``".tmp.mp4"``). On an
+    error the temp file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        _chmod_like_umask(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty hidden staging directory; on a clean exit it is published as ``path``.
+
+    On an error the staging directory is removed and ``path`` is left as it was. Staging
+    directories that a killed publish of the same ``path`` left behind are removed first (one
+    writer per path is assumed, as for every checkpoint directory here).
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    recover_dir(final)
+    for stale in final.parent.glob(f".{final.name}.staging-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.staging-", dir=final.parent))
+    try:
+        yield staging
+        publish_dir(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def publish_dir(staging: Path, final: Path) -> None:
+    """Move the finished directory ``staging`` to ``final``, replacing any old one there."""
+    _fsync_tree(staging)
+    staging.chmod(0o777 & ~_umask())
+    if final.exists() and _exchange(staging, final):
+        shutil.rmtree(staging, ignore_errors=True)  # staging now holds the old directory
+        fsync_dir(final.parent)
+        return
+    recover_dir(final)
+    old = _aside(final)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_dir(final: str | os.PathLike) -> None:
+    """Put back an old directory that a kill left renamed aside (see :func:`publish_dir`)."""
+    final = Path(final)
+    old = _aside(final)
+    if old.is_dir():
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(old, final)
+
+
+def remove_dir(path: str | os.PathLike) -> None:
+    """Delete a directory so that a kill midway leaves a hidden leftover, never half of it."""
+    path = Path(path)
+    doomed = path if path.name.startswith(".deleting-") else path.with_name(f".deleting-{path.name}")
+    if doomed != path:
+        os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    """Persist a rename itself (matters on power loss, not on a killed process)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _aside(final: Path) -> Path:
+    return final.with_name(f".{final.name}.old")
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    fsync_dir(directory)
+
+
+@functools.cache
+def _renameat2() -> Callable | None:
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name, use_errno=True) if name else None
+    return getattr(libc, "renameat2", None)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2``); False where that is not supported."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _chmod_like_umask(path: Path) -> None:
+    """mkstemp creates files 0600; a published file gets what the user's umask gives."""
+    path.chmod(0o666 & ~_umask())
