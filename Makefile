@@ -1,4 +1,5 @@
 # make test  - create .venv if needed, install, run the tests (what CI runs)
+# make test-fast - the main venv's tests without those marked slow (for developers; CI runs make test)
 # make demo  - the embedded default end to end: demos, a tiny WAM trained on the CPU, evaluation, report
 VENV        ?= .venv
 EXTRAS      ?= metaworld,train,ray,dev
@@ -8,7 +9,7 @@ SUITE_VENVS ?= robosuite libero maniskill
 PYTEST_ARGS ?=
 DEMO_DIR    ?= outputs/demo
 
-.PHONY: install test test-main test-suites demo list-envs bench clean
+.PHONY: install test test-main test-fast test-suites demo list-envs bench clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	scripts/install.sh $(VENV) $(EXTRAS)
@@ -20,6 +21,9 @@ test: test-main test-suites
 
 test-main: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-suites:
 	@for s in $(SUITE_VENVS); do \

@@ -8,45 +8,7 @@ from typing import Any
 
 import numpy as np
 
-
-def batch_size(obs: Mapping[str, Any]) -> int | None:
-    """Number of envs in a VectorEnv observation, or None for a single env's."""
-    state = np.asarray(obs["state"])
-    return state.shape[0] if state.ndim == 2 else None
-
-
-def unbatch(obs: Mapping[str, Any], i: int) -> dict[str, Any]:
-    """The i-th env's observation out of a VectorEnv batch."""
-    out = {}
-    for key, value in obs.items():
-        out[key] = unbatch(value, i) if isinstance(value, Mapping) else value[i]
-    return out
-
-
-def select(obs: Mapping[str, Any], indices: list[int]) -> dict[str, Any]:
-    """The sub-batch of a VectorEnv observation for the envs at ``indices``."""
-    out = {}
-    for key, value in obs.items():
-        if isinstance(value, Mapping):
-            out[key] = select(value, indices)
-        elif isinstance(value, np.ndarray):
-            out[key] = value[indices]
-        else:  # instructions: a tuple of strings
-            out[key] = tuple(value[i] for i in indices)
-    return out
-
-
-def as_batch(obs: Mapping[str, Any]) -> dict[str, Any]:
-    """One env's observation as a VectorEnv batch of one."""
-    out = {}
-    for key, value in obs.items():
-        if isinstance(value, Mapping):
-            out[key] = as_batch(value)
-        elif isinstance(value, str):
-            out[key] = (value,)
-        else:
-            out[key] = np.asarray(value)[None]
-    return out
+from envs.protocol import batch_size, take_row
 
 
 class Agent(ABC):
@@ -70,4 +32,4 @@ class Agent(ABC):
         n = batch_size(obs)
         if n is None:
             return self.act_one(obs, 0)
-        return np.stack([self.act_one(unbatch(obs, i), i) for i in range(n)])
+        return np.stack([self.act_one(take_row(obs, i), i) for i in range(n)])

@@ -9,6 +9,7 @@ import numpy as np
 from agents.base import Agent
 from envs.errors import import_simulator
 from envs.metaworld import INSTRUCTIONS
+from envs.protocol import INSTRUCTION, PRIVILEGED_STATE
 
 _TASK_OF_INSTRUCTION = {text: task for task, text in INSTRUCTIONS.items()}
 
@@ -27,10 +28,10 @@ class MetaWorldExpertAgent(Agent):
     """
 
     def act_one(self, obs, env_index: int) -> np.ndarray:
-        task = _TASK_OF_INSTRUCTION.get(obs["instruction"])
+        task = _TASK_OF_INSTRUCTION.get(obs[INSTRUCTION])
         if task is None:
-            raise ValueError(f"no Meta-World expert for instruction {obs['instruction']!r}")
-        if "privileged_state" not in obs:
-            raise ValueError("MetaWorldExpertAgent needs obs['privileged_state'] (wam_gym Meta-World envs provide it)")
-        action = _policy(task).get_action(np.asarray(obs["privileged_state"], dtype=np.float64))
+            raise ValueError(f"no Meta-World expert for instruction {obs[INSTRUCTION]!r}")
+        if PRIVILEGED_STATE not in obs:
+            raise ValueError(f"MetaWorldExpertAgent needs obs[{PRIVILEGED_STATE!r}] (wam_gym Meta-World envs provide it)")
+        action = _policy(task).get_action(np.asarray(obs[PRIVILEGED_STATE], dtype=np.float64))
         return np.clip(action, -1.0, 1.0).astype(np.float32)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.protocol import INSTRUCTION, PIXELS, STATE
+
 TASKS = ["wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"]
 
 
@@ -57,33 +59,24 @@ def broker_run(args, ckpt: str, output_dir: Path) -> tuple[float, int, dict]:
 
 
 def local_policy(args, ckpt: str):
-    from agents.wam import WAMPolicy
-    from agents.wam.policy import InferenceConfig
+    from agents.wam import InferenceConfig, WAMPolicy
 
-    return WAMPolicy.from_checkpoint(ckpt, InferenceConfig(num_inference_steps=args.inference_steps), device=args.device)
+    inference = InferenceConfig.from_knobs(num_inference_steps=args.inference_steps)
+    return WAMPolicy.from_checkpoint(ckpt, inference, device=args.device)
 
 
 def sequential_run(args, ckpt: str) -> tuple[float, int]:
-    import gymnasium
+    import envs
+    from agents import make_agent, run_episode
 
-    from agents.wam import WAMAgent
-    from envs.registry import register_envs
-
-    register_envs()
     policy = local_policy(args, ckpt)
     cameras, size = list(policy.model.config.cameras), list(policy.model.config.image_size)
     steps, start = 0, time.perf_counter()
     for task in TASKS:
-        env = gymnasium.make(task, cameras=cameras, image_size=size)
-        agent = WAMAgent(policy, replan_steps=args.replan_steps, action_space=env.action_space)
+        env = envs.make(task, cameras=cameras, image_size=size)
+        agent = make_agent("wam", predictor=policy, replan_steps=args.replan_steps, action_space=env.action_space)
         for trial in range(args.trials):
-            agent.reset()
-            obs, _ = env.reset(seed=trial)
-            for _ in range(args.steps):
-                obs, _, terminated, truncated, _ = env.step(agent.act(obs))
-                steps += 1
-                if terminated or truncated:
-                    break
+            steps += run_episode(env, agent, seed=trial, max_steps=args.steps).steps
         env.close()
     return time.perf_counter() - start, steps
 
@@ -95,9 +88,9 @@ def offline_run(args, ckpt: str) -> float:
     rng = np.random.default_rng(0)
     h, w = cfg.image_size
     obs = {
-        "pixels": {c: rng.integers(0, 256, (args.batch_size, h, w, 3), dtype=np.uint8) for c in cfg.cameras},
-        "state": rng.normal(size=(args.batch_size, cfg.state_dim)).astype(np.float32),
-        "instruction": tuple("reach the goal" for _ in range(args.batch_size)),
+        PIXELS: {c: rng.integers(0, 256, (args.batch_size, h, w, 3), dtype=np.uint8) for c in cfg.cameras},
+        STATE: rng.normal(size=(args.batch_size, cfg.state_dim)).astype(np.float32),
+        INSTRUCTION: tuple("reach the goal" for _ in range(args.batch_size)),
     }
     for _ in range(2):
         policy.predict(obs)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from agents.wam import InferenceConfig, MoTWAM, WAMPolicy, build_model, load_pretrained, preset
+from envs.protocol import INSTRUCTION, PIXELS, STATE
 from wam_gym.utils.metrics import psnr
 
 
@@ -32,9 +33,9 @@ def observation(model: MoTWAM, batch: int) -> dict:
     rng = np.random.default_rng(0)
     h, w = model.config.image_size
     return {
-        "pixels": {c: rng.integers(0, 256, (batch, h, w, 3), dtype=np.uint8) for c in model.config.cameras},
-        "state": rng.normal(size=(batch, model.config.state_dim)).astype(np.float32),
-        "instruction": tuple("pick up the red block" for _ in range(batch)),
+        PIXELS: {c: rng.integers(0, 256, (batch, h, w, 3), dtype=np.uint8) for c in model.config.cameras},
+        STATE: rng.normal(size=(batch, model.config.state_dim)).astype(np.float32),
+        INSTRUCTION: tuple("pick up the red block" for _ in range(batch)),
     }
 
 
@@ -53,7 +54,7 @@ def median_seconds(*fns, warmup: int, repeats: int, args: tuple = ()) -> list[fl
 
 
 def policy(model: MoTWAM, **knobs) -> WAMPolicy:
-    return WAMPolicy(model, InferenceConfig(**knobs))
+    return WAMPolicy(model, InferenceConfig.from_knobs(**knobs))
 
 
 def bench_cross_kv(model, obs, args) -> None:

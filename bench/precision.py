@@ -41,8 +41,9 @@ import torch
 from diffusers.utils import logging as diffusers_logging
 
 from agents.wam import InferenceConfig, MoTWAM, NonFiniteOutputError, WAMPolicy, build_model, load_pretrained, preset
-from wam_gym.utils.metrics import psnr
 from agents.wam.precision import PrecisionConfig
+from envs.protocol import INSTRUCTION, PIXELS, STATE
+from wam_gym.utils.metrics import psnr
 
 PARTS = ("backbone", "projectors", "text_encoder", "vae")
 QUICK = ("ladder 0: all fp32", "bf16_full ladder 1: backbone", "all autocast", "all bf16_full")
@@ -92,9 +93,9 @@ def observation(model: MoTWAM, batch: int) -> dict:
         image = 0.5 + 0.4 * np.sin(2 * np.pi * (x + (i + 1) * y)[None, :, :, None] + phase)
         pixels[camera] = (image * 255).astype(np.uint8)
     return {
-        "pixels": pixels,
-        "state": rng.normal(size=(batch, model.config.state_dim)).astype(np.float32),
-        "instruction": tuple("pick up the red block" for _ in range(batch)),
+        PIXELS: pixels,
+        STATE: rng.normal(size=(batch, model.config.state_dim)).astype(np.float32),
+        INSTRUCTION: tuple("pick up the red block" for _ in range(batch)),
     }
 
 
@@ -111,7 +112,7 @@ def build(args) -> MoTWAM:
 def run(model: MoTWAM, combos: dict[str, PrecisionConfig], obs: dict, args) -> list[dict]:
     """Predict with every combination: ``warmup`` untimed rounds, then ``repeats`` timed rounds."""
     fp32_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    inference = InferenceConfig(num_inference_steps=args.steps, visualize_future_video=True)
+    inference = InferenceConfig.from_knobs(num_inference_steps=args.steps, visualize_future_video=True)
     seeds = list(range(args.batch))
     rows = {name: {"name": name, "encoder_mode": dict(c.items()), "times_s": [], "error": None} for name, c in combos.items()}
     outputs: dict[str, object] = {}

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.protocol import INSTRUCTION, PIXELS, STATE
+
 HORIZON, STATE_DIM, IMAGE = 4, 8, 32
 MB = 2**20
 # Actors' BrokerClient imports agents.wam.policy (torch, diffusers) on its first call: once, in the forkserver.
@@ -46,7 +48,7 @@ class EchoPrediction:
     states: None = None
 
     def row(self, i: int) -> EchoPrediction:
-        return EchoPrediction(self.actions[i : i + 1])
+        return EchoPrediction(self.actions[i])
 
 
 class EchoPolicy:
@@ -59,7 +61,7 @@ class EchoPolicy:
 
     def predict(self, obs, noise_seeds=None) -> EchoPrediction:
         time.sleep(self.delay_s)
-        state = np.asarray(obs["state"])
+        state = np.asarray(obs[STATE])
         return EchoPrediction(np.repeat(state[:, None, :], HORIZON, axis=1))
 
 
@@ -80,9 +82,9 @@ def actor_main(actor_id: int, client, until: float, results) -> None:
     while time.monotonic() < until:
         value = float(actor_id % 1000 * 10_000 + calls % 10_000)  # exact in float32
         obs = {
-            "state": np.full((1, STATE_DIM), value, np.float32),
-            "pixels": {"cam": rng.integers(0, 256, (1, IMAGE, IMAGE, 3), dtype=np.uint8)},
-            "instruction": ("soak",),
+            STATE: np.full((1, STATE_DIM), value, np.float32),
+            PIXELS: {"cam": rng.integers(0, 256, (1, IMAGE, IMAGE, 3), dtype=np.uint8)},
+            INSTRUCTION: ("soak",),
         }
         actions = client.predict(obs).actions
         wrong += int(actions.shape != (1, HORIZON, STATE_DIM) or not np.all(actions == value))

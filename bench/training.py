@@ -35,10 +35,10 @@ def config(dataset: str, output: str, args, cache: bool):
     register_configs()
     overrides = [
         "task=metaworld_tiny", f"dataset.root={dataset}", f"output_dir={output}", f"batch_size={args.batch_size}",
-        f"model.image_size=[{args.image_size},{args.image_size}]", "num_workers=0", "infra.compile=false",
+        f"model.image_size=[{args.image_size},{args.image_size}]", "num_workers=0", "infra.compile.enabled=false",
     ]
     if cache:
-        overrides += ["+infra=cache", "infra.compile=false"]
+        overrides += ["+infra=cache", "infra.compile.enabled=false"]
     conf = str(Path(__file__).resolve().parent.parent / "training" / "conf")
     with initialize_config_dir(config_dir=conf, version_base=None):
         from omegaconf import OmegaConf
@@ -54,7 +54,7 @@ def timed_steps(cfg, steps: int, device) -> tuple[float, float]:
     torch.manual_seed(cfg.seed)
     model, _, clips = build(cfg, device)
     latent_cache, text = _encoders(cfg, model, clips)
-    engine = make_engine(model, EngineConfig(lr=cfg.lr, micro_batch_size=cfg.batch_size, max_steps=steps + 1), device)
+    engine = make_engine(model, EngineConfig(lr=cfg.lr, batch_size=cfg.batch_size, max_steps=steps + 1), device)
     loader = iter(make_loader(clips, cfg, ResumableSampler(len(clips), cfg.seed), device))
     first = _micro_step(cfg, engine, model, next(loader), latent_cache, text, device, 0)["loss"]
     engine.step()

@@ -1,4 +1,4 @@
-"""The observation/action contract every wam_gym suite follows.
+"""The observation/action contract every wam_gym suite follows (key names: envs/protocol.py).
 
 Observation (a ``spaces.Dict``):
     ``pixels``      Dict of camera name -> uint8 Box (H, W, 3)
@@ -23,6 +23,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import read_from_shared_memory
+
+from envs.protocol import INSTRUCTION, IS_SUCCESS, PIXELS, PRIVILEGED_STATE, STATE
 
 INSTRUCTION_MAX_LENGTH = 512
 INSTRUCTION_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
@@ -120,12 +122,12 @@ class SuiteEnv(gym.Env, ABC):
         self.terminate_on_success = terminate_on_success
         self.action_space = action_space
         obs = {
-            "pixels": pixel_space(self.cameras, self.height, self.width),
-            "state": vector_space(state_dim),
-            "instruction": instruction_space(),
+            PIXELS: pixel_space(self.cameras, self.height, self.width),
+            STATE: vector_space(state_dim),
+            INSTRUCTION: instruction_space(),
         }
         if privileged_state_dim is not None:
-            obs["privileged_state"] = vector_space(privileged_state_dim)
+            obs[PRIVILEGED_STATE] = vector_space(privileged_state_dim)
         self.observation_space = spaces.Dict(obs)
         self._last_frames: dict[str, np.ndarray] | None = None
 
@@ -153,12 +155,12 @@ class SuiteEnv(gym.Env, ABC):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self._sim_reset(seed, dict(options or {}))
-        return self._observation(), {"is_success": False}
+        return self._observation(), {IS_SUCCESS: False}
 
     def step(self, action):
         action = self._checked_action(action)
         reward, success, terminated, info = self._sim_step(action)
-        info["is_success"] = bool(success)
+        info[IS_SUCCESS] = bool(success)
         terminated = terminated or (success and self.terminate_on_success)
         return self._observation(), float(reward), bool(terminated), False, info
 
@@ -185,10 +187,10 @@ class SuiteEnv(gym.Env, ABC):
     def _observation(self) -> dict[str, Any]:
         self._last_frames = self._sim_frames()
         obs = {
-            "pixels": self._last_frames,
-            "state": np.asarray(self._sim_state(), dtype=np.float32),
-            "instruction": self.instruction,
+            PIXELS: self._last_frames,
+            STATE: np.asarray(self._sim_state(), dtype=np.float32),
+            INSTRUCTION: self.instruction,
         }
-        if "privileged_state" in self.observation_space.spaces:
-            obs["privileged_state"] = np.asarray(self._sim_privileged_state(), dtype=np.float32)
+        if PRIVILEGED_STATE in self.observation_space.spaces:
+            obs[PRIVILEGED_STATE] = np.asarray(self._sim_privileged_state(), dtype=np.float32)
         return obs

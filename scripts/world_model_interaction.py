@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from envs.protocol import PIXELS, stack_rows  # noqa: E402
 from wam_gym.utils.video import tile, write_mp4  # noqa: E402
 
 logger = logging.getLogger("world_model_interaction")
@@ -48,51 +49,98 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _policy(args):
+class _ReplayAgent:
+    """Acts with the dataset's own actions: the next ``k`` from the current frame (the last repeats past the end)."""
+
+    def __init__(self, actions: np.ndarray, start_frame: int, k: int):
+        self.actions, self.start_frame, self.k = actions, start_frame, k
+        self.t = start_frame
+
+    def reset(self) -> None:
+        self.t = self.start_frame
+
+    def act(self, obs) -> np.ndarray:
+        chunk = self.actions[np.minimum(self.t + np.arange(self.k), len(self.actions) - 1)]
+        self.t += self.k
+        return chunk
+
+
+class _ChunkAgent:
+    """Acts with a policy's whole action chunk: the world model imagines all of it in one step."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, obs) -> np.ndarray:
+        return self.policy.predict(stack_rows([obs])).actions[0]
+
+
+class _Imagination:
+    """An ``observe`` hook: the start frame, then every imagined frame, each with its time in the episode."""
+
+    def __init__(self, cameras, start_frame: int, steps_per_call: int, frame_stride: int):
+        self.cameras, self.k, self.stride = cameras, steps_per_call, frame_stride
+        self.t = start_frame  # the dataset frame the current iteration starts from
+        self.frames: list[np.ndarray] = []
+        self.times: list[int] = []
+
+    def __call__(self, obs, info) -> None:
+        if not self.frames:  # the reset: the real start frame, given to the model
+            self.frames.append(tile([obs[PIXELS][c] for c in self.cameras]))
+            self.times.append(self.t)
+            return
+        imagined = info["imagined_frames"]
+        self.frames.extend(imagined)
+        self.times.extend(self.t + self.stride * np.arange(1, len(imagined) + 1))
+        self.t += self.k
+
+
+def _agent(args, actions: np.ndarray, k: int):
     if args.replay:
-        return None
-    from agents.wam.policy import InferenceConfig, WAMPolicy
+        return _ReplayAgent(actions, args.start_frame, k)
+    from agents.wam.inference_config import InferenceConfig
+    from agents.wam.policy import WAMPolicy
 
-    config = InferenceConfig(num_inference_steps=args.num_inference_steps, seed=args.seed)
-    return WAMPolicy.from_checkpoint(args.policy, config, device=args.device)
+    config = InferenceConfig.from_knobs(num_inference_steps=args.num_inference_steps, seed=args.seed)
+    return _ChunkAgent(WAMPolicy.from_checkpoint(args.policy, config, device=args.device))
 
 
-def _chunk(policy, obs, actions: np.ndarray | None, t: int, k: int) -> np.ndarray:
-    if policy is None:  # replay: the dataset's next k actions (the last repeats past the end)
-        return actions[np.minimum(t + np.arange(k), len(actions) - 1)]
-    batch = {"pixels": {c: v[None] for c, v in obs["pixels"].items()}, "state": obs["state"][None],
-             "instruction": [obs["instruction"]]}
-    return policy.predict(batch).actions[0]
+def _iterations(args, length: int, k: int) -> int:
+    """``--n_iter``; in a replay, only iterations that start before the episode's last frame."""
+    if not args.replay:
+        return args.n_iter
+    available = max(0, -(-(length - 1 - args.start_frame) // k))  # ceil
+    if available < args.n_iter:
+        logger.info("episode %d ends at frame %d: stopping after %d iterations", args.episode, length, available)
+    return min(args.n_iter, available)
 
 
 def run(args: argparse.Namespace) -> dict:
     import envs
+    from agents.episode import run_episode
     from wam_gym.utils.metrics import per_frame_psnr, per_frame_ssim, resize_video
 
     env = envs.make("wam_gym/WorldModel-v0", checkpoint=args.world_model, dataset=args.dataset, device=args.device,
                     num_inference_steps=args.num_inference_steps).unwrapped
-    obs, _ = env.reset(seed=args.seed, options={"episode_index": args.episode, "start_frame": args.start_frame})
-    policy = _policy(args)
     table = env.data.episode_table(args.episode)
-    length, k, stride = len(table["index"]), env.steps_per_call, env.frame_stride
+    length, k = len(table["index"]), env.steps_per_call
     cams, size = env.cameras, env.model_config.image_size
-    imagined = [tile([obs["pixels"][c] for c in cams])]
-    times, done = [args.start_frame], 0
-    for i in range(args.n_iter):
-        t = args.start_frame + i * k
-        if args.replay and t >= length - 1:
-            logger.info("episode %d ends at frame %d: stopping after %d iterations", args.episode, length, i)
-            break
-        obs, _, _, _, info = env.step(_chunk(policy, obs, table["action"], t, k))
-        imagined.extend(info["imagined_frames"])
-        times.extend(t + stride * np.arange(1, len(info["imagined_frames"]) + 1))
-        done += 1
+    imagination = _Imagination(cams, args.start_frame, k, env.frame_stride)
+    episode = run_episode(
+        env, _agent(args, table["action"], k), seed=args.seed,
+        options={"episode_index": args.episode, "start_frame": args.start_frame},
+        max_steps=_iterations(args, length, k), observe=imagination,
+    )
+    imagined = imagination.frames
     out = Path(args.output_dir)
     write_mp4(out / "imagined.mp4", np.stack(imagined), fps=args.fps)
-    result = {"episode": args.episode, "frames": len(imagined), "iterations": done,
+    result = {"episode": args.episode, "frames": len(imagined), "iterations": episode.steps,
               "imagined_video": str(out / "imagined.mp4")}
     if args.replay:
-        ids = np.minimum(np.asarray(times), length - 1)
+        ids = np.minimum(np.asarray(imagination.times), length - 1)
         gt = np.stack([tile([resize_video(env.data.episode_frames(args.episode, c)[j], size) for c in cams]) for j in ids])
         pred = np.stack(imagined)
         write_mp4(out / "gt.mp4", gt, fps=args.fps)

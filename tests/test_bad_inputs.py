@@ -42,10 +42,10 @@ class Shared:
 
     @cached_property
     def policy(self):
-        from agents.wam import InferenceConfig, WAMPolicy, build_model, preset
+        from agents.wam import InferenceConfig, SamplerConfig, WAMPolicy, build_model, preset
 
         torch.manual_seed(0)
-        return WAMPolicy(build_model(preset("tiny")), InferenceConfig(num_inference_steps=2))
+        return WAMPolicy(build_model(preset("tiny")), InferenceConfig(sampler=SamplerConfig(num_inference_steps=2)))
 
     @cached_property
     def ckpt(self) -> Path:
@@ -261,11 +261,12 @@ def train_build(*, dataset: bool = True, **changes) -> Callable[[Ctx], object]:
 
     def trigger(ctx: Ctx):
         from agents.wam.config import MoTConfig
-        from training.config import DatasetConfig, LoraConfig, TrainConfig
+        from agents.wam.lora import LoraSettings
+        from training.config import DatasetConfig, TrainConfig
         from training.loop import build
 
         model = MoTConfig(cameras=tuple(changes.pop("cameras", ("corner", "wrist"))), image_size=(32, 32))
-        lora = LoraConfig(enabled=changes.pop("lora", False))
+        lora = LoraSettings(enabled=changes.pop("lora", False))
         root = str(ctx.shared.dataset) if dataset else None
         build(TrainConfig(model=model, dataset=DatasetConfig(root=root), lora=lora, **changes), torch.device("cpu"))
 
@@ -344,16 +345,16 @@ def call(target: str, *args, **kwargs) -> Callable[[Ctx], object]:
 
 # ----------------------------------------------------------------------------- the catalogue
 def cases() -> list[Case]:
+    from agents.wam.attention import AttentionBackendError
     from agents.wam.checkpoint import MissingCheckpointError
+    from agents.wam.compile import CompileConfigMismatch
     from agents.wam.policy import NonFiniteOutputError
     from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
     from envs.maniskill.env import VulkanUnavailableError
     from envs.rendering import GLBackendError
     from training.caches import CacheMismatchError
     from training.data import DatasetError
-    from agents.wam.attention import AttentionBackendError
     from wam_gym.broker import BrokerConfig, BrokerError
-    from agents.wam.compile import CompileConfigMismatch
 
     f32 = np.float32
     return [

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.wam.policy import Prediction
+from bench.soak import EchoPolicy
 from wam_gym.batching import Batcher, Request
 from wam_gym.broker import (
     STATS_WINDOW,
@@ -26,27 +26,74 @@ from wam_gym.broker import (
     worker_devices,
 )
 
-HORIZON = 4
+# The stand-in models build on bench/soak.py's, which need no torch: a model worker (which imports
+# this module to unpickle its factory) starts in about a second instead of ~10.
 
 
-def echo_policy(device: str, delay: float = 0.02):
+class Echo(EchoPolicy):
     """A stand-in model: the chunk repeats each row's state; 'boom' instructions raise."""
 
-    class Echo:
-        action_horizon = HORIZON
+    def predict(self, obs, noise_seeds=None):
+        if "boom" in obs["instruction"]:
+            raise ValueError("observation refused: boom")
+        return super().predict(obs, noise_seeds)
 
-        def predict(self, obs, noise_seeds=None):
-            if "boom" in obs["instruction"]:
-                raise ValueError("observation refused: boom")
-            time.sleep(delay)
-            state = np.asarray(obs["state"])
-            return Prediction(np.repeat(state[:, None, :], HORIZON, axis=1))
 
-    return Echo()
+def echo_policy(device: str) -> Echo:
+    return Echo(delay_s=0.0)
 
 
 def failing_policy(device: str):
     raise FileNotFoundError("no checkpoint at /nowhere")
+
+
+class HeldEcho(EchoPolicy):
+    """A stand-in model and its factory: echoes the state (as echo_policy) and holds the first batch
+    that any of its workers gets. That worker writes its pid to ``<directory>/held`` and answers only
+    once ``<directory>/release`` exists (a test that kills it never creates it); every other batch,
+    the held one resent to a restarted worker included, is answered at once. Tests act on these
+    events, never after a fixed delay."""
+
+    def __init__(self, directory: Path):
+        super().__init__(delay_s=0.0)
+        self.directory = Path(directory)
+
+    def __call__(self, device: str) -> HeldEcho:
+        return self
+
+    def predict(self, obs, noise_seeds=None):
+        mine = self.directory / f"held.{os.getpid()}"
+        mine.write_text(str(os.getpid()))
+        try:
+            os.link(mine, self.directory / "held")  # atomic, and only the first worker's link succeeds
+        except FileExistsError:
+            pass
+        else:
+            while not (self.directory / "release").exists():
+                time.sleep(0.01)
+        return super().predict(obs, noise_seeds)
+
+
+def wait_for(condition, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.01)
+
+
+def held_pid(directory: Path) -> int:
+    """The pid of the model worker holding HeldEcho's first batch, once it holds it."""
+    wait_for((Path(directory) / "held").exists, "a model worker to receive its first batch")
+    return int((Path(directory) / "held").read_text())
+
+
+def queued(broker: InferenceBroker) -> int:
+    """Requests the dispatcher has received and not yet batched (read from another thread)."""
+    try:
+        return len(broker.batcher)
+    except RuntimeError:  # the dispatcher changed the groups while we counted: ask again
+        return -1
 
 
 def request(actor: int, rid: int, arrived: float, dim: int = 3) -> Request:
@@ -144,13 +191,25 @@ def broker():
         yield b
 
 
-def test_concurrent_actors_are_batched_and_answered_correctly(broker):
-    clients = [broker.client(i) for i in range(6)]
-    answers = drive(clients, calls=4)
-    assert answers == {i: [i * 100 + k for k in range(4)] for i in range(6)}
-    stats = broker.stats.summary()
-    assert stats["requests"] == 24 and stats["mean_batch_size"] > 1.5
-    assert stats["model_ms_p95"] >= stats["model_ms_p50"] > 0
+def test_concurrent_actors_are_batched_and_answered_correctly(tmp_path):
+    """While the only worker is busy, requests queue up; once it is free they go out as a full batch."""
+    actors = 8  # the first batch holds at most 4 of the 8 first requests, so at least 4 are left waiting
+    config = BrokerConfig(workers_per_gpu=1, inference_batch_size=4, inference_batch_wait_ms=50)
+    with InferenceBroker(HeldEcho(tmp_path), config) as broker:
+        clients = [broker.client(i) for i in range(actors)]
+        answers: dict[int, list[float]] = {}
+        driver = threading.Thread(target=lambda: answers.update(drive(clients, calls=4)))
+        driver.start()
+        held_pid(tmp_path)  # the worker holds the first batch: the other first requests must queue
+        first = broker.stats.batch_sizes[0]
+        wait_for(lambda: queued(broker) == actors - first, "every actor's first request to reach the broker")
+        (tmp_path / "release").touch()
+        driver.join(timeout=120)
+        stats = broker.stats
+        assert answers == {i: [i * 100 + k for k in range(4)] for i in range(actors)}
+        assert 1 <= first <= 4 and stats.batch_sizes[1] == 4  # the queued requests went out as one full batch
+        assert stats.requests == 4 * actors == sum(stats.batch_sizes) and stats.batches < stats.requests
+        assert len(stats.model_s) == stats.batches  # a model time for every batch
 
 
 def test_a_worker_error_reaches_only_its_requester(broker):
@@ -160,16 +219,17 @@ def test_a_worker_error_reaches_only_its_requester(broker):
     assert client.predict(obs(2)).actions[0, 0, 0] == 2  # the worker lives on
 
 
-def test_killed_model_worker_is_restarted_and_nothing_is_lost():
+def test_killed_model_worker_is_restarted_and_nothing_is_lost(tmp_path):
+    """SIGKILL of a worker while it holds a batch: it is restarted and the batch is resent."""
     config = BrokerConfig(workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5)
-    with InferenceBroker(lambda d: echo_policy(d, delay=0.05), config) as broker:
+    with InferenceBroker(HeldEcho(tmp_path), config) as broker:
         clients = [broker.client(i) for i in range(4)]
-        killer = threading.Timer(0.3, lambda: os.kill(broker.pool.pid(0), signal.SIGKILL))
+        killer = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGKILL))
         killer.start()
         answers = drive(clients, calls=10)
         killer.join()
         assert answers == {i: [i * 100 + k for k in range(10)] for i in range(4)}
-        assert broker.stats.worker_restarts == 1
+        assert (broker.stats.worker_restarts, broker.stats.resent_batches) == (1, 1)
 
 
 def test_a_model_that_cannot_load_fails_at_start_with_its_error():
@@ -177,22 +237,24 @@ def test_a_model_that_cannot_load_fails_at_start_with_its_error():
         InferenceBroker(failing_policy, BrokerConfig()).start()
 
 
-def test_ray_backend_serves_and_survives_a_killed_actor():
+@pytest.mark.slow  # a local Ray cluster
+def test_ray_backend_serves_and_survives_a_killed_actor(tmp_path):
     cloudpickle = pytest.importorskip("ray.cloudpickle")
     import sys
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
     config = BrokerConfig(backend="ray", workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5)
-    with InferenceBroker(lambda d: echo_policy(d, delay=0.05), config) as broker:
+    with InferenceBroker(HeldEcho(tmp_path), config) as broker:
         clients = [broker.client(i) for i in range(4)]
-        pid = broker.pool.pid(1)
-        killer = threading.Timer(0.3, lambda: os.kill(pid, signal.SIGKILL))
+        pids = [broker.pool.pid(i) for i in range(2)]  # asked while idle: a Ray actor answers after its batch
+        killer = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGKILL))
         killer.start()
         answers = drive(clients, calls=8)
         killer.join()
         assert answers == {i: [i * 100 + k for k in range(8)] for i in range(4)}
-        assert broker.stats.worker_restarts == 1
-        assert pid != broker.pool.pid(1)
+        assert (broker.stats.worker_restarts, broker.stats.resent_batches) == (1, 1)
+        killed = pids.index(held_pid(tmp_path))
+        assert broker.pool.pid(killed) not in pids  # a new actor in its place
 
 
 def test_wam_answers_do_not_depend_on_batching(tmp_path):
@@ -204,12 +266,13 @@ def test_wam_answers_do_not_depend_on_batching(tmp_path):
     from wam_gym.eval.manager import checkpoint_policy
 
     save_pretrained(build_model(preset("tiny")), tmp_path / "ckpt")
-    inference = InferenceConfig(num_inference_steps=2)
+    inference = InferenceConfig.from_knobs(num_inference_steps=2)
     local = WAMPolicy.from_checkpoint(tmp_path / "ckpt", inference)
     rows = [observation(batch=1, seed=s) for s in range(3)]
     expected = [local.predict(o, noise_seeds=[10 + i]).actions for i, o in enumerate(rows)]
     factory = functools.partial(checkpoint_policy, str(tmp_path / "ckpt"), inference, None, 64, {})
-    config = BrokerConfig(inference_batch_size=3, inference_batch_wait_ms=500)
+    # No release by wait time: the batch goes out when all three requests are in, however slow they come.
+    config = BrokerConfig(inference_batch_size=3, inference_batch_wait_ms=600_000)
     with InferenceBroker(factory, config) as broker:
         clients = [broker.client(i) for i in range(3)]
         got: dict[int, np.ndarray] = {}

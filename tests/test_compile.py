@@ -44,8 +44,9 @@ def test_defaults():
         "inductor",
         False,
         None,
-        None,
+        {},
     )
+    assert CompileConfig(options=None) == cfg  # None means no options, as {} does
 
 
 def test_forwards_every_knob_exactly(spy):

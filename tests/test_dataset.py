@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import training.data.lerobot as lerobot
+import training.data.lerobot.video as lerobot_video
 from training.data import ClipDataset, DatasetError, DatasetWriter, LeRobotDataset, compute_stats
 from wam_gym.utils.video import read_mp4
 
@@ -260,9 +260,9 @@ def test_sparse_decode_returns_exactly_the_episode(tmp_path, monkeypatch):
     starts = np.concatenate([[0], np.cumsum(lengths)])
 
     calls = []
-    real = lerobot._read_span
-    monkeypatch.setattr(lerobot, "_read_span", lambda *a: calls.append(a[1:3]) or real(*a))
-    monkeypatch.setattr(lerobot, "read_mp4", lambda *a: pytest.fail("decoded the whole file"))
+    real = lerobot_video.read_span
+    monkeypatch.setattr(lerobot_video, "read_span", lambda *a: calls.append(a[1:3]) or real(*a))
+    monkeypatch.setattr(lerobot_video, "read_mp4", lambda *a: pytest.fail("decoded the whole file"))
     ds = LeRobotDataset(root, cache_episodes=2)
     for ep in (2, 0, 3, 1):
         frames = ds.episode_frames(ep, cam)

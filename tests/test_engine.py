@@ -1,4 +1,4 @@
-"""training/engine.py: one interface over plain torch and DeepSpeed (CPU, gloo, no GPU needed).
+"""training/engine/: one interface over plain torch and DeepSpeed (CPU, gloo, no GPU needed).
 
 DeepSpeed builds its shared-memory all-reduce op (``deepspeed_shm_comm``, 65-150 s of C++ on a
 2-core box, cached afterwards under ~/.cache/torch_extensions) whenever its comm backend starts on
@@ -144,6 +144,18 @@ def test_plain_loss_decreases():
     assert engine.grad_norm is not None
 
 
+@pytest.mark.parametrize("grad_clip", [0.0, 1e-3])
+def test_grad_norm_is_the_norm_before_clipping_with_or_without_clipping(grad_clip):
+    engine = make_engine(TinyNet(), EngineConfig(lr=1e-2, grad_clip=grad_clip), "cpu")
+    assert engine.grad_norm is None  # no step yet
+    engine.backward(((engine(X) - Y) ** 2).mean())
+    grads = [p.grad.detach().clone() for p in engine.module.parameters() if p.requires_grad]
+    norm = torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads])).item()
+    assert norm > 1e-3  # so 1e-3 clips
+    assert engine.step()
+    assert engine.grad_norm == pytest.approx(norm, rel=1e-5)
+
+
 def test_only_trainable_params_are_optimized():
     model = TinyNet()
     frozen = model.frozen.weight.detach().clone()
@@ -156,8 +168,8 @@ def test_only_trainable_params_are_optimized():
 
 def test_accumulation_equals_one_big_batch():
     cfg = dict(lr=1e-2, weight_decay=0.1, grad_clip=0.5, warmup_steps=1, lr_schedule="cosine", max_steps=5)
-    acc = make_engine(TinyNet(), EngineConfig(gradient_accumulation_steps=4, micro_batch_size=4, **cfg), "cpu")
-    big = make_engine(TinyNet(), EngineConfig(gradient_accumulation_steps=1, micro_batch_size=16, **cfg), "cpu")
+    acc = make_engine(TinyNet(), EngineConfig(gradient_accumulation_steps=4, batch_size=4, **cfg), "cpu")
+    big = make_engine(TinyNet(), EngineConfig(gradient_accumulation_steps=1, batch_size=16, **cfg), "cpu")
     flags = []
     for step in range(3):
         for j in range(4):
@@ -347,7 +359,7 @@ def test_deepspeed_json_validates(name, stage, offload):
     path = resolve_deepspeed_config(name)
     raw = json.loads(path.read_text())
     assert not set(raw) & set(ENGINE_OWNED_KEYS), "the JSON holds only ZeRO parts; EngineConfig owns the rest"
-    merged = deepspeed_config_dict(EngineConfig(deepspeed=name, micro_batch_size=3, gradient_accumulation_steps=2,
+    merged = deepspeed_config_dict(EngineConfig(deepspeed=name, batch_size=3, gradient_accumulation_steps=2,
                                                 grad_clip=0.7, mixed_precision="bf16", lr=3e-4), "cpu")
     ds = DeepSpeedConfig(merged)
     assert ds.zero_optimization_stage == stage
@@ -392,7 +404,7 @@ def test_scripts_syntax_help_and_command(script):
 
 def ds_config(name: str, **overrides) -> EngineConfig:
     base = dict(deepspeed=name, lr=1e-2, weight_decay=0.1, warmup_steps=2, lr_schedule="cosine", max_steps=6,
-                gradient_accumulation_steps=2, micro_batch_size=4, mixed_precision="fp32")
+                gradient_accumulation_steps=2, batch_size=4, mixed_precision="fp32")
     return EngineConfig(**{**base, **overrides})
 
 
@@ -487,7 +499,7 @@ sys.path.insert(0, sys.argv[1])
 from training.engine import EngineConfig, checkpoint_dir, make_engine
 
 X = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
-cfg = EngineConfig(deepspeed="zero2_offload", lr=1e-2, gradient_accumulation_steps=2, micro_batch_size=4,
+cfg = EngineConfig(deepspeed="zero2_offload", lr=1e-2, gradient_accumulation_steps=2, batch_size=4,
                    mixed_precision="fp32")
 
 
@@ -546,7 +558,7 @@ importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None  # s
 from training.engine import EngineConfig, checkpoint_dir, make_engine
 
 out = Path(sys.argv[2])
-engine = make_engine(TinyNet(), EngineConfig(deepspeed="zero2", lr=1e-2, micro_batch_size=4, mixed_precision="fp32"), "cpu")
+engine = make_engine(TinyNet(), EngineConfig(deepspeed="zero2", lr=1e-2, batch_size=4, mixed_precision="fp32"), "cpu")
 g = torch.Generator().manual_seed(100 + engine.rank)  # each rank its own data
 for _ in range(2):
     x, y = torch.randn(4, 6, generator=g), torch.randn(4, 2, generator=g)
@@ -583,7 +595,7 @@ def test_torchrun_two_ranks_zero2(tmp_path):
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
     assert torch.equal(rank0, rank1), "ranks disagree on parameters"
     # Data parallel == one process on both ranks' batches concatenated (gradients averaged).
-    ref = make_engine(TinyNet(), EngineConfig(lr=1e-2, micro_batch_size=8), "cpu")
+    ref = make_engine(TinyNet(), EngineConfig(lr=1e-2, batch_size=8), "cpu")
     gens = [torch.Generator().manual_seed(100 + r) for r in (0, 1)]
     for _ in range(2):
         pairs = [(torch.randn(4, 6, generator=g), torch.randn(4, 2, generator=g)) for g in gens]

@@ -348,7 +348,7 @@ def test_config_schemas_import_no_model_code(fresh_python):
     proc = fresh_python(
         "import sys, wam_gym.eval.config, training.config\n"
         "from agents.wam import InferenceConfig, SamplerConfig\n"
-        "InferenceConfig(sampler='ddim').sampler_config()\n"
+        "InferenceConfig(sampler=SamplerConfig('ddim'))\n"
         "heavy = [m for m in ('diffusers', 'transformers', 'peft', 'deepspeed') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )

@@ -160,21 +160,30 @@ def cli_env(tag: str) -> dict[str, str]:
     return {**os.environ, TAG_ENV: tag, "OMP_NUM_THREADS": "1"}
 
 
-# A manager that SIGKILLs itself inside the atomic write of its DIE_AT-th episode record: the
-# temp file is written and fsynced, the rename has not happened. Otherwise python -m wam_gym.eval.
-DIE_IN_RENAME = r"""
+# python -m wam_gym.eval, SIGKILLed at its DIE_AT_RECORD-th episode record: inside the atomic write
+# (the temp file written and fsynced, the rename not done) when DIE_WHEN=before-rename, or just after
+# the rename (the record in place, the rest of the plan still to run) when DIE_WHEN=after-rename.
+DIE_AT_A_RECORD = r"""
 import os, runpy, signal, sys
-die_at, count, real_replace = int(os.environ["DIE_AT_RECORD"]), [0], os.replace
+die_at, when, count, real_replace = int(os.environ["DIE_AT_RECORD"]), os.environ["DIE_WHEN"], [0], os.replace
 def replace(src, dst):
-    if os.fspath(dst).endswith(".json") and f"{os.sep}episodes{os.sep}" in os.fspath(dst):
-        count[0] += 1
-        if count[0] == die_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-    return real_replace(src, dst)
+    record = os.fspath(dst).endswith(".json") and f"{os.sep}episodes{os.sep}" in os.fspath(dst)
+    count[0] += record
+    if record and count[0] == die_at and when == "before-rename":
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_replace(src, dst)
+    if record and count[0] == die_at and when == "after-rename":
+        os.kill(os.getpid(), signal.SIGKILL)
 os.replace = replace
 sys.argv = ["wam_gym.eval", *sys.argv[1:]]
 runpy.run_module("wam_gym.eval", run_name="__main__", alter_sys=True)
 """
+
+
+def run_cli_until_killed(out, tmp_path, tag: str, die_at: int, when: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", DIE_AT_A_RECORD, *cli_args(out)], capture_output=True, text=True,
+                          cwd=tmp_path, env={**cli_env(tag), "DIE_AT_RECORD": str(die_at), "DIE_WHEN": when},
+                          timeout=WAIT_S)
 
 
 # ----------------------------------------------------------------- faults
@@ -189,26 +198,19 @@ def faults(monkeypatch):
     return set_faults
 
 
-def kill_actors_at_random_points(rng: random.Random, output_dir, kills: int):
-    """An on_started hook: a thread that ``kills`` times waits for a random number of finished
-    episodes and a random delay, then SIGKILLs a random actor, whatever it is doing (starting,
-    building its env, mid-episode, sending, idle). ``hook.killed`` lists (actor id, its job)."""
-    points = sorted((rng.randint(0, EPISODES - 3), rng.uniform(0.0, 0.3), rng.random()) for _ in range(kills))
+def kill_held_actors(holds: dict[tuple[str, int], Path]):
+    """An on_started hook: a thread that SIGKILLs, from outside, each actor that holds (the ``hold``
+    fault) in one of ``holds``' episodes, as soon as it holds. ``hook.killed`` lists the episodes."""
 
     def hook(manager, actors, broker):
         def watch():
-            for finished, delay, pick in points:
-                wait_until(lambda finished=finished: len(list(Path(output_dir, "episodes").glob("*/*.json"))) >= finished)
-                time.sleep(delay)
-                handles = []
-                while not handles:  # empty only while a dead actor is being replaced
-                    with contextlib.suppress(RuntimeError):  # the manager changed the dict meanwhile
-                        handles = sorted(actors.actors.items())
-                    time.sleep(0.01)
-                actor_id, handle = handles[int(pick * len(handles))]
-                hook.killed.append((actor_id, handle.job))
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(handle.process.pid, signal.SIGKILL)
+            waiting = dict(holds)
+            while waiting and wait_until(lambda: any(path.exists() for path in waiting.values())):
+                for key, path in list(waiting.items()):
+                    if path.exists():
+                        os.kill(int(path.read_text()), signal.SIGKILL)
+                        hook.killed.append(key)
+                        del waiting[key]
 
         threading.Thread(target=watch, daemon=True).start()
 
@@ -238,21 +240,27 @@ def wam_reference(tmp_path_factory, tiny_ckpt) -> dict:
 
 
 # ----------------------------------------------------------------- actors
+@pytest.mark.slow  # three actors replaced mid-run
 def test_actors_killed_at_random_points_change_nothing(tmp_path, reference, faults):
-    """Two SIGKILLs of random actors at random moments, and one actor killed halfway through
-    sending its record (a cut-short message on its pipe): every episode is retried or kept,
-    and the run matches the uninterrupted one."""
+    """Two actors SIGKILLed from outside in random episodes, one before its episode's env is built or
+    reset, one before a random env step, and one actor killed halfway through sending its record (a
+    cut-short message on its pipe): every episode is retried or kept, and the run matches the
+    uninterrupted one. Each killed actor waits at its point until the kill lands, so the kills
+    happen whatever the machine's speed."""
     out = tmp_path / "out"
     rng = random.Random(1)
-    mid_send = rng.choice(sorted(planned()))
-    faults(die_mid_send=mid_send)
-    hook = kill_actors_at_random_points(rng, out, kills=2)
+    mid_send, *killed_in = rng.sample(sorted(planned()), 3)
+    points = {killed_in[0]: -1, killed_in[1]: rng.randint(0, reference[killed_in[1]]["steps"] - 1)}
+    holds = {key: tmp_path / f"hold-{i}.pid" for i, key in enumerate(killed_in)}
+    faults(die_mid_send=mid_send, hold=[[*key, points[key], str(holds[key])] for key in killed_in])
+    hook = kill_held_actors(holds)
 
     summary = run(random_config(out, max_attempts=5), hook)
 
-    assert len(hook.killed) == 2
+    assert sorted(hook.killed) == sorted(killed_in)
     recs = assert_same_episodes(out, reference, summary)
-    assert recs[mid_send]["attempts"] >= 2  # its record never arrived whole: the episode ran again
+    for key in [mid_send, *killed_in]:  # its actor died before the record arrived whole: the episode ran again
+        assert recs[key]["attempts"] >= 2, key
 
 
 def test_episode_finishing_after_an_error_is_kept(tmp_path, reference, faults):
@@ -276,23 +284,27 @@ def test_episode_finishing_after_an_error_is_kept(tmp_path, reference, faults):
 # ----------------------------------------------------------------- the model worker
 @pytest.mark.slow  # two WAM start-ups plus a restart / three manager runs
 def test_model_worker_killed_at_a_random_point_changes_nothing(tmp_path, tiny_ckpt, wam_reference):
+    """The only model worker is SIGKILLed as it is handed a random one of the run's 4 batches (2 episodes
+    x 8 steps / replan 4), so it dies holding that batch, with the run still needing it."""
     out = tmp_path / "out"
     rng = random.Random(2)
-    after_batches, delay = rng.randint(1, 2), rng.uniform(0.0, 0.1)  # of 4 model calls (2 episodes x 8/4)
+    kill_at = rng.randint(1, 2)  # the batch number
     killed = []
 
-    def hook(manager, actors, broker):
-        def watch():
-            if wait_until(lambda: broker.stats.batches >= after_batches):
-                time.sleep(delay)
-                killed.append(broker.pool.pid(0))
+    def hook(manager, actors, broker):  # called before any job is handed out
+        submit = broker.pool.submit
+
+        def submit_then_kill(worker, *batch):
+            submit(worker, *batch)
+            if not killed and broker.stats.batches == kill_at:
+                killed.append(broker.pool.pid(worker))
                 os.kill(killed[0], signal.SIGKILL)
 
-        threading.Thread(target=watch, daemon=True).start()
+        broker.pool.submit = submit_then_kill
 
     summary = run(wam_config(out, tiny_ckpt), hook)
 
-    assert killed, "the model worker was not killed"
+    assert len(killed) == 1, "the model worker was not killed"
     recs = assert_same_episodes(out, wam_reference, summary)
     assert all(r["attempts"] == 1 for r in recs.values())  # the actors never noticed
     assert summary["broker"]["worker_restarts"] == 1
@@ -302,18 +314,18 @@ def test_model_worker_killed_at_a_random_point_changes_nothing(tmp_path, tiny_ck
 @pytest.mark.slow  # three manager runs, two of them fresh interpreters
 def test_killed_manager_resumes_to_the_uninterrupted_result(tmp_path, reference):
     """Run 1 is SIGKILLed inside the write of a random record (temp file written, not renamed);
-    run 2, the plain CLI, is SIGKILLed from outside after a random number of further episodes;
-    run 3 (the same config, in this process) finishes. The result is the uninterrupted run's;
-    nothing a killed run wrote is rewritten or counted twice; no temp file and no process of a
-    killed run is left."""
+    run 2 is SIGKILLed just after a random number of further records landed, the rest of the plan
+    still to run; run 3 (the same config, in this process) finishes. The result is the uninterrupted
+    run's; nothing a killed run wrote is rewritten or counted twice; no temp file and no process of
+    a killed run is left. Runs 1 and 2 are python -m wam_gym.eval, killed at those writes whatever
+    the machine's speed."""
     out = tmp_path / "out"
     rng = random.Random(3)
-    die_at, more, delay = rng.randint(1, 2), rng.randint(1, 2), rng.uniform(0.0, 0.2)
+    die_at, more = rng.randint(1, 2), rng.randint(1, 2)
     tag = f"manager-{os.getpid()}-{tmp_path.name}"
 
     # Run 1: dies between writing record number die_at and renaming it into place.
-    first = subprocess.run([sys.executable, "-c", DIE_IN_RENAME, *cli_args(out)], capture_output=True, text=True,
-                           cwd=tmp_path, env={**cli_env(f"{tag}-1"), "DIE_AT_RECORD": str(die_at)}, timeout=WAIT_S)
+    first = run_cli_until_killed(out, tmp_path, f"{tag}-1", die_at, "before-rename")
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
     assert_no_orphans(f"{tag}-1")
     assert len(records(out)) == die_at - 1
@@ -323,20 +335,12 @@ def test_killed_manager_resumes_to_the_uninterrupted_result(tmp_path, reference)
     assert len(ResultStore(out).done()) == die_at - 1
     assert not (out / "results.json").exists()
 
-    # Run 2: the real CLI, killed from outside once `more` further episodes are on disk.
-    with (tmp_path / "second.log").open("w") as log:
-        second = subprocess.Popen([sys.executable, "-m", "wam_gym.eval", *cli_args(out)], stdout=log,
-                                  stderr=subprocess.STDOUT, cwd=tmp_path, env=cli_env(f"{tag}-2"))
-        try:
-            wait_until(lambda: second.poll() is not None or len(records(out)) >= die_at - 1 + more)
-            time.sleep(delay)
-            second.send_signal(signal.SIGKILL)
-        finally:
-            second.wait(timeout=60)
-    assert second.returncode == -signal.SIGKILL, (tmp_path / "second.log").read_text()[-3000:]
+    # Run 2: dies once `more` further records are in place.
+    second = run_cli_until_killed(out, tmp_path, f"{tag}-2", more, "after-rename")
+    assert second.returncode == -signal.SIGKILL, second.stderr[-3000:]
     assert_no_orphans(f"{tag}-2")
     assert not temp.exists()  # the rerun removed run 1's temp file before starting
-    assert die_at - 1 + more <= len(records(out)) < EPISODES
+    assert len(records(out)) == die_at - 1 + more < EPISODES
     before = snapshot(out)
 
     # Run 3: the same config, in this process, to the end.

@@ -18,10 +18,14 @@ PICK_PLACE = "wam_gym/MetaWorld-pick-place-v3"
 
 
 def test_all_mt50_tasks_registered():
-    assert len(TASKS) == 50
+    """Our task list is Meta-World's own MT50, each task registered with Meta-World's episode limit."""
+    from metaworld.env_dict import MT50_V3
+
+    assert sorted(f"{t}-v3" for t in TASKS) == sorted(MT50_V3)
     ids = [i for i in gymnasium.registry if i.startswith("wam_gym/MetaWorld-")]
-    assert sorted(ids) == sorted(SUITE.env_kwargs)
-    assert gymnasium.spec(PICK_PLACE).max_episode_steps == 500
+    assert sorted(ids) == sorted(SUITE.env_kwargs) == sorted(f"wam_gym/MetaWorld-{name}" for name in MT50_V3)
+    for name, env_cls in MT50_V3.items():
+        assert gymnasium.spec(f"wam_gym/MetaWorld-{name}").max_episode_steps == env_cls.max_path_length
 
 
 def test_observation_contract_at_configured_resolution():
@@ -40,7 +44,8 @@ def test_observation_contract_at_configured_resolution():
     env.close()
 
 
-@pytest.mark.parametrize("task", TASKS)
+# One task in the quick run (make test-fast), all 50 (a few seconds each) in make test.
+@pytest.mark.parametrize("task", [t if t == "pick-place" else pytest.param(t, marks=pytest.mark.slow) for t in TASKS])
 def test_gymnasium_env_checker(task):
     env = gymnasium.make(f"wam_gym/MetaWorld-{task}-v3", render_mode="rgb_array")
     check_env(env.unwrapped, skip_render_check=False)
@@ -103,6 +108,7 @@ def test_fork_after_rendering_fails_clearly():
     parent.close()
 
 
+@pytest.mark.slow  # 100 expert episodes
 def test_scripted_expert_solves_five_tasks():
     agent = MetaWorldExpertAgent()
     for task in ("reach", "button-press", "pick-place", "push", "drawer-close"):
@@ -114,6 +120,7 @@ def test_scripted_expert_solves_five_tasks():
         assert rate >= 0.9, f"{task}: expert success {rate:.0%}"
 
 
+@pytest.mark.slow  # two full 500-step episodes
 def test_random_agent_rarely_succeeds_and_episodes_truncate_at_limit():
     vec = envs.make_vec("wam_gym/MetaWorld-pick-place-v3", 2, vectorization_mode="sync", cameras=("corner",), image_size=16)
     results = run_episodes(vec, RandomAgent(vec.single_action_space, seed=0), seeds=[0, 1])

@@ -35,7 +35,10 @@ def test_psnr_known_mse_float_and_single_frame():
 def test_psnr_identical_frames():
     a = _video()
     assert np.all(np.isinf(per_frame_psnr(a, a)))
-    assert psnr(a, a) == PSNR_CAP_DB == 100.0
+    assert psnr(a, a) == PSNR_CAP_DB and math.isfinite(PSNR_CAP_DB)  # a number JSON can hold
+    one_off = a.copy()
+    one_off[0, 0, 0, 0] ^= 1  # the smallest difference a uint8 video can have still scores below the cap
+    assert psnr(a, one_off) < PSNR_CAP_DB
     b = a.copy()
     b[1] = 255 - b[1]  # frame 1 differs, frames 0 and 2 are identical
     frames = per_frame_psnr(a, b)

@@ -20,10 +20,6 @@ def _net() -> nn.Module:
     return net.eval()  # eval: BatchNorm uses (and keeps) its running-stat buffers
 
 
-def test_modes():
-    assert MODES == ("fp32", "autocast", "bf16_full")
-
-
 def test_config_defaults_uniform_and_items():
     assert list(PrecisionConfig().items()) == [
         ("backbone", "fp32"),

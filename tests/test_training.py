@@ -9,6 +9,7 @@ through the CLI where the CLI itself is the point.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -155,9 +156,8 @@ def video_cache(dataset, tmp_path_factory) -> Path:
 
 
 def test_short_run_writes_checkpoint_stats_tensorboard_and_config(trained, dataset):
+    import envs
     from agents.wam import WAMPolicy
-    from envs.contract import parse_image_size
-    from training.collect import _make_env
 
     final = trained / "checkpoint"
     assert json.loads((final / "dataset_stats.json").read_text()) == json.loads((dataset / "meta" / "stats.json").read_text())
@@ -165,7 +165,7 @@ def test_short_run_writes_checkpoint_stats_tensorboard_and_config(trained, datas
     # The policy loads the checkpoint (its own stats) and acts on a real env observation.
     policy = WAMPolicy.from_checkpoint(final)
     assert policy.model.config.image_size == (32, 32) and tuple(policy.model.config.cameras) == CAMERAS
-    env = _make_env(REACH, parse_image_size(32), None, 40)
+    env = envs.make(REACH, image_size=32, max_episode_steps=40)
     try:
         obs, _ = env.reset(seed=3)
     finally:
@@ -187,9 +187,11 @@ def test_short_run_writes_checkpoint_stats_tensorboard_and_config(trained, datas
 
     # TensorBoard: scalars every step (log_every=1), the predicted frames once at the end.
     acc = events(trained / "tensorboard")
-    assert {"train/loss", "train/lr", "train/samples_per_s"} <= set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/samples_per_s", "train/grad_norm"} <= set(acc.Tags()["scalars"])
     loss = acc.Scalars("train/loss")
     assert [e.step for e in loss] == [1, 2, 3] and all(np.isfinite(e.value) and e.value > 0 for e in loss)
+    grad_norm = acc.Scalars("train/grad_norm")  # before clipping (grad_clip=1.0)
+    assert [e.step for e in grad_norm] == [1, 2, 3] and all(np.isfinite(e.value) and e.value > 0 for e in grad_norm)
     # metaworld_tiny: lr 3e-4, 50 warmup steps; the logged lr is the next step's
     assert [e.value for e in acc.Scalars("train/lr")] == pytest.approx([3e-4 * (s + 1) / 50 for s in (1, 2, 3)])
     assert all(e.value > 0 for e in acc.Scalars("train/samples_per_s"))
@@ -287,7 +289,7 @@ def test_sigkill_then_rerun_resumes_exactly(dataset, tmp_path):
 # 4. static caches (+infra=cache)
 
 
-def test_video_cache_is_written_and_a_cached_run_trains(video_cache, dataset, tmp_path, monkeypatch, caplog):
+def test_video_cache_is_written_and_a_cached_run_trains(video_cache, dataset, tmp_path, monkeypatch, caplog, capsys):
     meta = json.loads((video_cache / "cache_meta.json").read_text())
     assert meta["fields"] == ["video", "text"] and meta["video_samples"] == 80 and meta["text_prompts"] == 1
     assert meta["fingerprint"]["image_size"] == [32, 32] and meta["fingerprint"]["num_future_frames"] == 4
@@ -297,8 +299,8 @@ def test_video_cache_is_written_and_a_cached_run_trains(video_cache, dataset, tm
 
     monkeypatch.setenv("WAM_LATENT_CACHE", str(video_cache))
     caplog.set_level(logging.INFO, logger="training.loop")
-    # infra.compile=false: Inductor on 2 CPU cores adds about a minute (see test_prediction_log_keeps_the_compile).
-    cfg = make_config(overrides(dataset, tmp_path / "cached", "+infra=cache", "infra.compile=false", "max_steps=2"))
+    # infra.compile.enabled=false: Inductor on 2 CPU cores adds about a minute (see test_prediction_log_keeps_the_compile).
+    cfg = make_config(overrides(dataset, tmp_path / "cached", "+infra=cache", "infra.compile.enabled=false", "max_steps=2"))
     assert cfg.infra.latent_cache and cfg.infra.text_cache and cfg.model.backbone.use_gradient_checkpointing
     decoded = []
     real_video = loop.ClipDataset.video
@@ -309,6 +311,8 @@ def test_video_cache_is_written_and_a_cached_run_trains(video_cache, dataset, tm
     assert online_text_count(caplog) == 0
     losses = events(tmp_path / "cached" / "tensorboard").Scalars("train/loss")
     assert [e.step for e in losses] == [1, 2] and all(np.isfinite(e.value) for e in losses)
+    # The console's progress line carries the loss and the gradient norm of the logged step.
+    assert re.search(r"loss=[0-9.]+, grad_norm=[0-9.e+-]+, samples_s=[0-9.]+", capsys.readouterr().err)
 
 
 def test_cached_latents_give_the_same_loss(video_cache, dataset, tmp_path):
@@ -328,7 +332,7 @@ def test_cached_latents_give_the_same_loss(video_cache, dataset, tmp_path):
 
     losses = {}
     for name, latent_cache in (("cache", cache), ("online", None)):
-        engine = make_engine(model, EngineConfig(lr=cfg.lr), device)
+        engine = make_engine(model, cfg, device)  # the training config is its own engine config
         losses[name] = loop._micro_step(cfg, engine, model, batch, latent_cache, TextFeatures(model), device, 0)
         engine.zero_grad()
     assert losses["cache"] == losses["online"]
@@ -363,7 +367,7 @@ def test_text_cache_partial_coverage_is_completed_online(video_cache, dataset, t
 
     # VAE fields need complete coverage: a text-only cache cannot serve latent_cache.
     with pytest.raises(ValueError, match="VAE fields need complete coverage") as info:
-        run(overrides(dataset, tmp_path / "run2", "+infra=cache", "infra.compile=false", "max_steps=2"))
+        run(overrides(dataset, tmp_path / "run2", "+infra=cache", "infra.compile.enabled=false", "max_steps=2"))
     assert "0 of 80 samples" in str(info.value) and "video_latent_cache=generate" in str(info.value)
 
 
@@ -372,13 +376,13 @@ def test_text_cache_partial_coverage_is_completed_online(video_cache, dataset, t
 def test_mismatched_cache_is_refused(video_cache, dataset, tmp_path, monkeypatch, override, field):
     monkeypatch.setenv("WAM_LATENT_CACHE", str(video_cache))
     with pytest.raises(CacheMismatchError, match=field) as info:
-        run(overrides(dataset, tmp_path / "run", "+infra=cache", "infra.compile=false", "max_steps=1", override))
+        run(overrides(dataset, tmp_path / "run", "+infra=cache", "infra.compile.enabled=false", "max_steps=1", override))
     assert "regenerate it into a fresh directory" in str(info.value)
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
 def test_prediction_log_keeps_the_compile(dataset, tmp_path):
-    """infra.compile=true compiles the model's forward; the end-of-run prediction must sample with
+    """infra.compile.enabled=true compiles the model's forward; the end-of-run prediction must sample with
     that same compile config: WAMPolicy's default one is refused (CompileConfigMismatch), which
     crashed every +infra=compile|cache run after its last step, before the final checkpoint."""
     from agents.wam import WAMPolicy
@@ -386,13 +390,14 @@ def test_prediction_log_keeps_the_compile(dataset, tmp_path):
 
     cfg = make_config(overrides(dataset, tmp_path / "x"))
     model, _, _ = loop.build(cfg, torch.device("cpu"))
-    applied = CompileConfig(enabled=True, mode=cfg.infra.compile_mode, backend="inductor")  # as train() does
+    applied = dataclasses.replace(cfg.infra.compile, enabled=True)  # what +infra=compile sets, as train() applies it
+    assert applied == CompileConfig(enabled=True, mode=None, backend="inductor")
     compile_module(model, applied)  # lazy: nothing compiles until the first call
     with pytest.raises(CompileConfigMismatch):
         WAMPolicy(model)
     policy = WAMPolicy(model, loop._inference_config(model))
-    assert policy.config.compile_config() == applied
-    assert loop._inference_config(loop.build(cfg, torch.device("cpu"))[0]).torch_compile is False
+    assert policy.config.compile == applied
+    assert loop._inference_config(loop.build(cfg, torch.device("cpu"))[0]).compile.enabled is False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,8 +412,10 @@ def test_deepspeed_zero1_trains_and_checkpoints(dataset, tmp_path, no_shm_build)
     state = json.loads((ckpt / "trainer_state.json").read_text())
     assert state["backend"] == "deepspeed" and state["global_step"] == 2 and state["zero_stage"] == 1
     assert (ckpt / "ds").is_dir() and (ckpt / "client_state" / "rank-00000.json").is_file()
-    losses = events(out / "tensorboard").Scalars("train/loss")
+    acc = events(out / "tensorboard")
+    losses, grad_norm = acc.Scalars("train/loss"), acc.Scalars("train/grad_norm")
     assert [e.step for e in losses] == [1, 2] and all(np.isfinite(e.value) for e in losses)
+    assert [e.step for e in grad_norm] == [1, 2] and all(np.isfinite(e.value) and e.value > 0 for e in grad_norm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,6 +469,9 @@ def test_cfg_job_prints_the_composed_config():
     assert printed["task"] == "metaworld_tiny" and printed["batch_size"] == 3
     assert printed["mixed_precision"] == "auto" and printed["dataloader_prefetch_factor"] == 16
     assert printed["model"]["backbone"]["attention_backend"] == "auto"
+    # the engine knobs stay top-level (EngineConfig's fields); LoRA and compile are their owners' groups
+    assert {f.name for f in dataclasses.fields(EngineConfig)} <= set(printed) and "engine" not in printed
+    assert printed["lora"]["enabled"] is False and printed["infra"]["compile"]["enabled"] is False
 
 
 def test_missing_dataset_root_is_a_clear_error(tmp_path):

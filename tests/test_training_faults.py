@@ -153,8 +153,9 @@ import hashlib, json, os, random, signal, sys, time, types
 from pathlib import Path
 import torch
 torch.set_num_threads(1)
-from training import engine as engine_module, loop
-from training.engine import EngineConfig, TorchEngine, latest_checkpoint
+from training import loop
+from training.engine import EngineConfig, TorchEngine, checkpoint as checkpoint_module, latest_checkpoint
+from wam_gym.utils import publish
 
 out, seed, plan = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(",")
 root = out / "checkpoints"
@@ -185,14 +186,18 @@ def half_rmtree(path, ignore_errors=False):
     (Path(path) / "model.safetensors").unlink(missing_ok=True)  # what a kill in the middle of removing it leaves
     die()
 
+def half_remove_dir(path):
+    publish.shutil = types.SimpleNamespace(rmtree=half_rmtree)  # remove_dir renames, then dies deleting
+    publish.remove_dir(path)
+
 def child(mode, ready):
     engine, state = make_engine(), {"micro_step": 0}
     if (ckpt := latest_checkpoint(root)) is not None:
         state = engine.load(ckpt)
     if mode == "before_rename":
-        engine_module._publish = die  # the staging directory is complete, never renamed
+        checkpoint_module.publish = die  # the staging directory is complete, never renamed
     if mode == "mid_cleanup":
-        loop.shutil = types.SimpleNamespace(rmtree=half_rmtree)  # dies while _checkpoint deletes the oldest
+        loop.remove_dir = half_remove_dir  # dies while _checkpoint deletes the oldest
     os.write(ready, b"x")
     for _ in range(3 if mode == "finish" else 10**9):
         train_step(engine)

@@ -4,8 +4,10 @@ import csv
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -282,9 +284,30 @@ def _dead(pid: int) -> bool:
     return state in ("Z", "X")  # a zombie waiting for a reaper is dead too
 
 
+def _hanging_child_pid(root: Path) -> int | None:
+    """The pid the fake manager in "hang" mode wrote, once it has started its child and written it."""
+    for path in root.rglob("child.pid"):
+        if text := path.read_text().strip():
+            return int(text)
+    return None
+
+
 def test_timeout_kills_process_group_and_no_recommendation(workdir, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_PLAN", json.dumps({"1,1,0": "hang"}))
-    code = tuner.main(_cli("--env-counts", "1", "--batch-sizes", "1", "--wait-ms", "0", "--timeout-seconds", "1.5"))
+
+    class TimedFromTheHang(subprocess.Popen):
+        """The time limit (``wait(timeout)``) counts from when the fake manager hangs with its child
+        started, not from launch: on a loaded machine a limit counted from launch could run out first."""
+
+        def wait(self, timeout=None):
+            if timeout is not None:
+                deadline = time.monotonic() + 120
+                while self.poll() is None and _hanging_child_pid(workdir) is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return super().wait(timeout)
+
+    monkeypatch.setattr(tuner.subprocess, "Popen", TimedFromTheHang)
+    code = tuner.main(_cli("--env-counts", "1", "--batch-sizes", "1", "--wait-ms", "0", "--timeout-seconds", "0.5"))
     out = capsys.readouterr().out
     assert code == 1 and "no configuration succeeded" in out
     session = _session_dir(workdir / "evaluate_results" / "concurrency_tuning")
@@ -293,6 +316,10 @@ def test_timeout_kills_process_group_and_no_recommendation(workdir, monkeypatch,
     assert (run["status"], run["error_kind"]) == ("timeout", "timeout")
     assert results["recommendation"] is None
     child_pid = int((session / "runs" / run["name"] / "output" / "child.pid").read_text())
+    assert child_pid == _hanging_child_pid(workdir)
+    deadline = time.monotonic() + 60  # the group was signalled: the child exits as soon as it is scheduled
+    while not _dead(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert _dead(child_pid)  # the manager's own child went down with the group
 
 
@@ -308,8 +335,6 @@ def test_gpu_peaks_from_nvidia_smi(workdir, capsys):
 
 def test_runs_as_a_script(workdir):
     # The CLI entry point itself, in a fresh interpreter, as a user runs it.
-    import subprocess
-
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *_cli("--env-counts", "1", "--batch-sizes", "1", "--wait-ms", "0", "--dry-run")],
         capture_output=True,

@@ -33,10 +33,12 @@ def test_ids_are_registered():
     for task in ("beat_block_hammer", "handover_block", "pick_dual_bottles", "place_object_scale",
                  "stack_blocks_two"):  # fmt: skip
         assert f"wam_gym/RoboTwin-{task}-v0" in ids and f"wam_gym/RoboTwin-{task}-v0" in gymnasium.registry
-    assert len([i for i in ids if i.startswith("wam_gym/RoboCasa-")]) == len(robocasa.TASKS) == 24
-    assert len([i for i in ids if i.startswith("wam_gym/RoboTwin-")]) == len(robotwin.TASKS) == 50
-    assert gymnasium.spec(ROBOCASA_ID).max_episode_steps == 500
-    assert gymnasium.spec("wam_gym/RoboCasa-CoffeePressButton-v0").max_episode_steps == 300
+    for suite, tasks in (("RoboCasa", robocasa.TASKS), ("RoboTwin", robotwin.TASKS)):
+        assert sorted(i for i in ids if i.startswith(f"wam_gym/{suite}-")) == sorted(f"wam_gym/{suite}-{t}-v0" for t in tasks)
+    # Each RoboCasa task keeps its own evaluation horizon (they differ: 300 to 1000 steps).
+    assert {t: gymnasium.spec(f"wam_gym/RoboCasa-{t}-v0").max_episode_steps for t in robocasa.TASKS} == robocasa.HORIZONS
+    assert len(set(robocasa.HORIZONS.values())) > 1
+    assert gymnasium.spec(ROBOTWIN_ID).max_episode_steps == robotwin.MAX_EPISODE_STEPS
 
 
 @pytest.mark.skipif(importlib.util.find_spec("robocasa") is not None, reason="robocasa is installed here")

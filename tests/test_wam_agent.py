@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from agents import Agent, MetaWorldExpertAgent, RandomAgent
-from agents.wam import InferenceConfig, NonFiniteOutputError, Prediction, WAMAgent, WAMPolicy, build_model, preset
+from agents.wam import (
+    InferenceConfig,
+    NonFiniteOutputError,
+    Prediction,
+    SamplerConfig,
+    WAMAgent,
+    WAMPolicy,
+    build_model,
+    preset,
+)
 from tests.test_wam_model import observation
 
 HORIZON = 6
@@ -93,16 +101,10 @@ def test_actions_clipped_to_the_action_space():
     assert agent.act(batch([5.0]))[0].tolist() == [0, 1, 1, 0]
 
 
-def test_every_agent_shares_the_interface():
-    for cls in (WAMAgent, RandomAgent, MetaWorldExpertAgent):
-        assert issubclass(cls, Agent)
-        assert all(callable(getattr(cls, m)) for m in ("reset", "act", "replan"))
-
-
 @pytest.fixture(scope="module")
 def policy() -> WAMPolicy:
     torch.manual_seed(0)
-    return WAMPolicy(build_model(preset("tiny")), InferenceConfig(num_inference_steps=2))
+    return WAMPolicy(build_model(preset("tiny")), InferenceConfig(sampler=SamplerConfig(num_inference_steps=2)))
 
 
 def test_tiny_wam_drives_vectorized_meta_world(policy):
@@ -147,3 +149,23 @@ def test_nan_from_the_model_never_reaches_the_env(policy):
         with torch.no_grad():
             weight.copy_(saved)
     assert not any(agent._queues.values())  # nothing queued for the env
+
+
+def test_policy_inputs_equal_the_clip_frames_training_saw(policy, tmp_path):
+    """The same images, read by the clip dataset and given to the policy, are the same model frames
+    (stored at another size than the model's, so the resize is covered too)."""
+    from training.data import ClipDataset, DatasetWriter, LeRobotDataset
+
+    cfg = policy.model.config
+    rng = np.random.default_rng(0)
+    with DatasetWriter(tmp_path / "ds", 20, cfg.cameras) as writer:
+        for _ in range(3):
+            images = {c: rng.integers(0, 256, (40, 48, 3), dtype=np.uint8) for c in cfg.cameras}
+            writer.add_frame(images, rng.normal(size=4).astype(np.float32), np.zeros(4, np.float32), "reach")
+        writer.save_episode()
+    dataset = LeRobotDataset(tmp_path / "ds")
+    clips = ClipDataset(dataset, cameras=cfg.cameras, image_size=cfg.image_size, num_future_frames=0,
+                        stats_normalize=False)
+    for t in range(3):
+        pixels = {c: dataset.episode_frames(0, c)[t : t + 1] for c in cfg.cameras}  # as stored, a batch of one
+        torch.testing.assert_close(policy._frames(pixels, 1)[0], clips[t]["video"], rtol=0, atol=0)

@@ -21,8 +21,8 @@ from agents.wam import (
     preset,
     save_pretrained,
 )
-from agents.wam.checkpoint import CONFIG_FILE
 from agents.wam.attention import AttentionBackendError
+from agents.wam.checkpoint import CONFIG_FILE
 from agents.wam.compile import CompileConfigMismatch
 from agents.wam.precision import PrecisionConfig
 
@@ -112,8 +112,8 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 def test_cross_kv_reuse_gives_equal_outputs(model):
     obs = observation()
-    on = WAMPolicy(model, InferenceConfig(inference_cross_kv_reuse=True, visualize_future_video=True)).predict(obs)
-    off = WAMPolicy(model, InferenceConfig(inference_cross_kv_reuse=False, visualize_future_video=True)).predict(obs)
+    on = WAMPolicy(model, InferenceConfig.from_knobs(inference_cross_kv_reuse=True, visualize_future_video=True)).predict(obs)
+    off = WAMPolicy(model, InferenceConfig.from_knobs(inference_cross_kv_reuse=False, visualize_future_video=True)).predict(obs)
     np.testing.assert_array_equal(on.actions, off.actions)
     np.testing.assert_array_equal(on.video, off.video)
 
@@ -139,18 +139,18 @@ def test_vae_micro_batching_does_not_change_latents(micro):
 
 @pytest.mark.parametrize("sampler,steps", [("flow_euler", 4), ("unipc", 4), ("dpmpp", 4), ("ddim", 4)])
 def test_every_sampler_predicts_finite_chunks(model, sampler, steps):
-    pred = WAMPolicy(model, InferenceConfig(sampler=sampler, num_inference_steps=steps)).predict(observation())
+    pred = WAMPolicy(model, InferenceConfig.from_knobs(sampler=sampler, num_inference_steps=steps)).predict(observation())
     assert pred.actions.shape == (B, 16, 4) and np.isfinite(pred.actions).all()
 
 
 def test_predicted_video_has_current_and_future_frames(model):
-    pred = WAMPolicy(model, InferenceConfig(num_inference_steps=2, visualize_future_video=True)).predict(observation())
+    pred = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=2, visualize_future_video=True)).predict(observation())
     assert pred.video.shape == (B, 5, 64, 128, 3) and pred.video.dtype == np.uint8
 
 
 def test_same_seed_same_actions(model):
-    a = WAMPolicy(model, InferenceConfig(num_inference_steps=3, seed=7)).predict(observation())
-    b = WAMPolicy(model, InferenceConfig(num_inference_steps=3, seed=7)).predict(observation())
+    a = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=3, seed=7)).predict(observation())
+    b = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=3, seed=7)).predict(observation())
     np.testing.assert_array_equal(a.actions, b.actions)
 
 
@@ -288,12 +288,13 @@ def test_torch_compile_forwarded_and_recompile_rejected():
     torch.manual_seed(0)
     model = build_model(preset("tiny"))
     obs = observation()
-    eager = WAMPolicy(model, InferenceConfig(num_inference_steps=2)).predict(obs)
-    compiled = WAMPolicy(model, InferenceConfig(num_inference_steps=2, torch_compile=True,
-                                                torch_compile_backend="eager", torch_compile_mode=None))
+    eager = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=2)).predict(obs)
+    compiled = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=2, torch_compile=True,
+                                                           torch_compile_backend="eager", torch_compile_mode=None))
     np.testing.assert_allclose(compiled.predict(obs).actions, eager.actions, atol=1e-5)
+    other = InferenceConfig.from_knobs(torch_compile=True, torch_compile_backend="aot_eager", torch_compile_mode=None)
     with pytest.raises(CompileConfigMismatch, match="restart the worker"):
-        WAMPolicy(model, InferenceConfig(torch_compile=True, torch_compile_backend="aot_eager", torch_compile_mode=None))
+        WAMPolicy(model, other)
     torch._dynamo.reset()
 
 

@@ -21,14 +21,15 @@ register_configs()
 
 @hydra.main(version_base=None, config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    from training.loop import train
     from agents.wam.attention import AttentionBackendError
+    from training.engine import UnsafeCheckpointError
+    from training.loop import train
 
     logging.getLogger().setLevel(logging.INFO)
     try:
         config: TrainConfig = OmegaConf.to_object(cfg)  # the dataclasses' own checks raise ValueError here
         train(config)
-    except (ValueError, FileNotFoundError, FloatingPointError, AttentionBackendError) as exc:
+    except (ValueError, FileNotFoundError, FloatingPointError, AttentionBackendError, UnsafeCheckpointError) as exc:
         fail(exc)  # these messages name their fix: one line, no traceback
 
 

@@ -18,11 +18,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agents import check_agent_fits_env, make_agent, run_episode
 from envs.contract import parse_image_size
 from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
+from envs.protocol import INSTRUCTION, PIXELS, STATE
 from training.data.lerobot import DatasetWriter, compute_stats
 
-AGENTS = ("expert", "random")
+AGENTS = ("expert", "random")  # the agents that need no checkpoint
 DEFAULT_FPS = 20
 RETRY_FACTOR = 3
 # Feature names for suites whose state/action layout is known.
@@ -31,32 +33,14 @@ _NAMES = {
 }
 
 
-def _make_env(env_id: str, image_size, cameras, max_steps):
-    import gymnasium
-
-    import envs
-
-    envs.suite_of(env_id)  # a clear error (with suggestions) for an unknown id
-    envs.register_envs()
+def _env_kwargs(image_size: tuple[int, int], cameras: Sequence[str] | None, max_steps: int | None) -> dict[str, Any]:
+    """gymnasium.make kwargs: only what was asked for, so the env's defaults hold for the rest."""
     kwargs: dict[str, Any] = {"image_size": image_size}
     if cameras:
         kwargs["cameras"] = tuple(cameras)
     if max_steps is not None:
         kwargs["max_episode_steps"] = int(max_steps)
-    return gymnasium.make(env_id, **kwargs)
-
-
-def _make_agent(kind: str, env_id: str, env, seed: int):
-    import envs
-    from agents import MetaWorldExpertAgent, RandomAgent
-
-    if kind == "expert":
-        if envs.suite_of(env_id).name != "metaworld":
-            raise ValueError(f"--agent expert covers Meta-World only (scripted policies); use --agent random for {env_id}")
-        return MetaWorldExpertAgent()
-    if kind == "random":
-        return RandomAgent(env.action_space, seed=seed)
-    raise ValueError(f"unknown agent {kind!r}; choose one of {AGENTS}")
+    return kwargs
 
 
 def collect(
@@ -91,9 +75,7 @@ def collect(
     if agent not in AGENTS:
         raise ValueError(f"unknown agent {agent!r}; choose one of {AGENTS}")
     for env_id in envs:  # fail before any simulation for a misspelt id or a wrong agent
-        suite = envs_pkg.suite_of(env_id)
-        if agent == "expert" and suite.name != "metaworld":
-            raise ValueError(f"--agent expert covers Meta-World only (scripted policies); use --agent random for {env_id}")
+        check_agent_fits_env(agent, env_id)
     size = parse_image_size(image_size)
     output = Path(output).expanduser()
 
@@ -101,13 +83,13 @@ def collect(
     per_env: dict[str, dict[str, Any]] = {}
     try:
         for env_id in envs:
-            env = _make_env(env_id, size, cameras, max_steps)
+            env = envs_pkg.make(env_id, **_env_kwargs(size, cameras, max_steps))
             try:
                 fps = env.unwrapped.metadata.get("render_fps") or DEFAULT_FPS
-                env_cameras = tuple(env.observation_space["pixels"].spaces)
+                env_cameras = tuple(env.observation_space[PIXELS].spaces)
                 if writer is None:
                     names = _NAMES.get(envs_pkg.suite_of(env_id).name, (None, None))
-                    state_dim = env.observation_space["state"].shape[0]
+                    state_dim = env.observation_space[STATE].shape[0]
                     action_dim = env.action_space.shape[0]
                     writer = DatasetWriter(
                         output,
@@ -123,8 +105,8 @@ def collect(
                         f"{env_id} runs at {fps} fps with cameras {list(env_cameras)}, but the dataset records "
                         f"{writer.fps} fps with {list(writer.cameras)}: one dataset needs one fps and camera set"
                     )
-                policy = _make_agent(agent, env_id, env, seed)
-                per_env[env_id] = _run_env(env_id, env, policy, writer, episodes, seed, only_success, say)
+                demonstrator = make_agent(agent, action_space=env.action_space, seed=seed)
+                per_env[env_id] = _run_env(env_id, env, demonstrator, writer, episodes, seed, only_success, say)
             finally:
                 env.close()
         assert writer is not None
@@ -149,35 +131,29 @@ def collect(
     return summary
 
 
-def _run_env(env_id, env, policy, writer: DatasetWriter, episodes: int, seed: int, only_success: bool, say) -> dict[str, Any]:
+def _run_env(env_id, env, agent, writer: DatasetWriter, episodes: int, seed: int, only_success: bool, say) -> dict[str, Any]:
     budget = RETRY_FACTOR * episodes if only_success else episodes
     kept = attempts = successes = frames = 0
     seeds = []
+
+    def record(obs, action) -> None:  # the observation before the action, the action, the task
+        writer.add_frame(obs[PIXELS], obs[STATE], action, obs[INSTRUCTION])
+
     while kept < episodes and attempts < budget:
         episode_seed = seed + attempts
-        obs, info = env.reset(seed=episode_seed)
-        policy.reset()
-        success = bool(info.get("is_success", False))
-        steps = 0
-        while True:
-            action = policy.act(obs)
-            writer.add_frame(obs["pixels"], obs["state"], action, obs["instruction"])
-            obs, _reward, terminated, truncated, info = env.step(action)
-            steps += 1
-            success = success or bool(info.get("is_success", False))
-            if terminated or truncated:
-                break
+        episode = run_episode(env, agent, seed=episode_seed, after_act=record)
         attempts += 1
-        successes += success
-        if success or not only_success:
+        successes += episode.success
+        if episode.success or not only_success:
             ep = writer.save_episode()
             kept += 1
-            frames += steps
+            frames += episode.steps
             seeds.append(episode_seed)
-            say(f"{env_id} seed {episode_seed}: {'success' if success else 'failure'} in {steps} steps -> episode {ep}")
+            outcome = "success" if episode.success else "failure"
+            say(f"{env_id} seed {episode_seed}: {outcome} in {episode.steps} steps -> episode {ep}")
         else:
             writer.clear_episode()
-            say(f"{env_id} seed {episode_seed}: failure in {steps} steps, dropped (--only-success)")
+            say(f"{env_id} seed {episode_seed}: failure in {episode.steps} steps, dropped (--only-success)")
     if kept < episodes:
         say(f"warning: {env_id}: only {kept} of {episodes} episodes succeeded in {attempts} attempts")
     return {

@@ -20,16 +20,18 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from agents.wam.compile import CompileConfig, compile_module, compiled_config
 from agents.wam.checkpoint import build_model, load_pretrained, save_pretrained
-from agents.wam.lora import LoraSettings, add_lora
-from agents.wam.policy import STATS_FILE, InferenceConfig, WAMPolicy
+from agents.wam.compile import compile_module, compiled_config
+from agents.wam.inference_config import InferenceConfig
+from agents.wam.lora import add_lora
+from agents.wam.policy import STATS_FILE, WAMPolicy
+from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint
 from training.config import TrainConfig
 from training.data.augment import AugmentedClips
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
-from training.engine import EngineConfig, checkpoint_dir, latest_checkpoint, make_engine
+from training.engine import checkpoint_dir, latest_checkpoint, make_engine
 from wam_gym.utils.publish import remove_dir
 
 logger = logging.getLogger(__name__)
@@ -91,14 +93,10 @@ def build(cfg: TrainConfig, device: torch.device):
         _fit_geometry(model_cfg, dataset)
         model = build_model(model_cfg)
     if cfg.lora.enabled:
-        lora = cfg.lora
         if not (cfg.init_from or model_cfg.pretrained_path):
             raise ValueError("LoRA fine-tunes trained weights: set init_from=<checkpoint> (or model.pretrained_path for Wan)")
-        add_lora(model, LoraSettings(rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout, experts=tuple(lora.experts)))
-        for name, param in model.named_parameters():
-            if any(name.startswith(f"{prefix}.") for prefix in lora.fully_trained):
-                param.requires_grad_(True)
-    if cfg.model.backbone.use_gradient_checkpointing or cfg.infra.compile:
+        add_lora(model, cfg.lora)
+    if cfg.model.backbone.use_gradient_checkpointing or cfg.infra.compile.enabled:
         model.enable_gradient_checkpointing()
     mc = model.config
     stride = cfg.dataset.frame_stride or mc.default_frame_stride
@@ -118,8 +116,8 @@ def _fit_geometry(model_cfg, dataset) -> None:
         raise ValueError(f"model.cameras {missing} are not in the dataset (it has {list(dataset.cameras)}); "
                          f"set model.cameras={list(dataset.cameras)}")
     features = dataset.info["features"]
-    model_cfg.state_dim = features["observation.state"]["shape"][0]
-    model_cfg.action_dim = features["action"]["shape"][0]
+    model_cfg.state_dim = features[LEROBOT_STATE]["shape"][0]
+    model_cfg.action_dim = features[LEROBOT_ACTION]["shape"][0]
 
 
 def _encoders(cfg: TrainConfig, model, clips):
@@ -138,16 +136,12 @@ def train(cfg: TrainConfig) -> Path:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(cfg.output_dir)
     model, dataset, clips = build(cfg, device)
-    if cfg.infra.compile:
+    if cfg.infra.compile.enabled:
         if os.environ.get("WAM_COMPILE_CACHE"):
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ["WAM_COMPILE_CACHE"])
-        compile_module(model, CompileConfig(enabled=True, mode=cfg.infra.compile_mode, backend="inductor"))
+        compile_module(model, cfg.infra.compile)
     latent_cache, text_features = _encoders(cfg, model, clips)
-    engine = make_engine(model, EngineConfig(
-        deepspeed=cfg.deepspeed, mixed_precision=cfg.mixed_precision, lr=cfg.lr, weight_decay=cfg.weight_decay,
-        grad_clip=cfg.grad_clip, warmup_steps=cfg.warmup_steps, lr_schedule=cfg.lr_schedule, max_steps=cfg.max_steps,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, micro_batch_size=cfg.batch_size,
-    ), device)
+    engine = make_engine(model, cfg, device)  # a TrainConfig is its own EngineConfig group
     augment = not cfg.dataset.deterministic
     sampler = ResumableSampler(len(clips), cfg.seed, engine.rank, engine.world_size, keyed=augment)
     if len(sampler) < cfg.batch_size:
@@ -187,8 +181,9 @@ def train(cfg: TrainConfig) -> Path:
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             rate = seen / (time.perf_counter() - tick)
             tick, seen = time.perf_counter(), 0
-            bar.set_postfix(loss=f"{losses['loss']:.4f}", samples_s=f"{rate:.1f}")
-            _log_scalars(writer, step, {**losses, "lr": engine.lr, "samples_per_s": rate})
+            scalars = {**losses, "grad_norm": engine.grad_norm, "lr": engine.lr, "samples_per_s": rate}
+            bar.set_postfix(progress_fields(scalars))
+            _log_scalars(writer, step, scalars)
         if cfg.log_video_every and step % cfg.log_video_every == 0:
             _log_prediction(writer, model, clips, batch, text_features, step, device)
         if step % cfg.save_every == 0 or step == cfg.max_steps:
@@ -219,7 +214,7 @@ def _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, 
             latents, batch["actions"].to(device, non_blocking=non_blocking), batch["state"].to(device, non_blocking=non_blocking),
             text, next_states=batch["next_states"].to(device, non_blocking=non_blocking), video_dropout=cfg.video_dropout,
             world_model_prob=cfg.world_model_prob, action_weight=cfg.action_weight, state_weight=cfg.state_weight,
-            generator=generator,
+            action_is_pad=batch["action_is_pad"].to(device, non_blocking=non_blocking), generator=generator,
         )
     if not torch.isfinite(losses["loss"]):
         raise FloatingPointError(f"loss became {losses['loss'].item()} at micro-step {micro_step}; lower lr or use fp32")
@@ -245,10 +240,19 @@ def _writer(out: Path, engine):
     return SummaryWriter(str(out / "tensorboard"))
 
 
-def _log_scalars(writer, step: int, values: dict[str, float]) -> None:
+def progress_fields(scalars: dict[str, float | None]) -> dict[str, str]:
+    """What the console's progress line shows after the bar: loss, gradient norm (before clipping), samples/s."""
+    grad_norm = scalars.get("grad_norm")
+    return {"loss": f"{scalars['loss']:.4f}", "grad_norm": "n/a" if grad_norm is None else f"{grad_norm:.3g}",
+            "samples_s": f"{scalars['samples_per_s']:.1f}"}
+
+
+def _log_scalars(writer, step: int, values: dict[str, float | None]) -> None:
+    """``train/<name>`` scalars; unknown values (None: a back end that did not report a grad norm) are left out."""
     if writer:
         for name, value in values.items():
-            writer.add_scalar(f"train/{name}", value, step)
+            if value is not None:
+                writer.add_scalar(f"train/{name}", value, step)
 
 
 @torch.no_grad()
@@ -272,11 +276,7 @@ def _inference_config(model) -> InferenceConfig:
     """Sampling settings for the logged prediction; they keep the compile the run applied to the
     model (WAMPolicy refuses to change a compiled module's settings)."""
     compiled = compiled_config(model)
-    if compiled is None:
-        return InferenceConfig()
-    return InferenceConfig(torch_compile=True, torch_compile_mode=compiled.mode, torch_compile_backend=compiled.backend,
-                           torch_compile_fullgraph=compiled.fullgraph, torch_compile_dynamic=compiled.dynamic,
-                           torch_compile_options=compiled.options)
+    return InferenceConfig() if compiled is None else InferenceConfig(compile=compiled)
 
 
 def _save_run_files(out: Path, cfg: TrainConfig, dataset, engine) -> None:

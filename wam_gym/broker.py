@@ -218,10 +218,10 @@ class BrokerClient:
         self.requests.close()
 
     def predict(self, obs, noise_seeds=None):
-        from agents.base import unbatch
         from agents.wam.policy import Prediction
+        from envs.protocol import batch_size, take_row
 
-        n = np.asarray(obs["state"]).shape[0]
+        n = batch_size(obs)
         if noise_seeds is None:
             base = (self.episode_seed * 1_000_003 + self._calls * 7919) % 2**62
             noise_seeds = [base + row for row in range(n)]
@@ -230,7 +230,7 @@ class BrokerClient:
         for row in range(n):
             rid = next(self._ids)
             ids.append(rid)
-            request = Request(self.actor_id, rid, unbatch(obs, row), noise_seeds[row], time.monotonic())
+            request = Request(self.actor_id, rid, take_row(obs, row), noise_seeds[row], time.monotonic())
             try:
                 self.requests.send(("request", request, None))
             except (BrokenPipeError, OSError):

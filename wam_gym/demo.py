@@ -97,7 +97,7 @@ class Demo:
         return [
             "task=demo", f"dataset.root={self.out / 'data'}", f"output_dir={self.out / 'train'}",
             f"model.image_size=[{c.image_size},{c.image_size}]", f"max_steps={c.train_steps}",
-            f"batch_size={c.batch_size}", "+infra=cache", "infra.compile=false",
+            f"batch_size={c.batch_size}", "+infra=cache", "infra.compile.enabled=false",
             f"save_every={max(1, c.train_steps // 3)}", f"warmup_steps={min(100, c.train_steps // 10)}",
         ]
 

@@ -35,6 +35,7 @@ def _check(args) -> int:
     from gymnasium.utils.env_checker import check_env
 
     import envs
+    from envs.protocol import INSTRUCTION, PIXELS, STATE
 
     env = envs.make(args.id)
     check_env(env.unwrapped)
@@ -44,9 +45,9 @@ def _check(args) -> int:
         if terminated or truncated:
             obs, _ = env.reset()
     env.close()
-    cams = {k: v.shape for k, v in obs["pixels"].items()}
+    cams = {k: v.shape for k, v in obs[PIXELS].items()}
     print(f"{args.id}: ok (gymnasium {gymnasium.__version__} checker passed; cameras {cams}; "
-          f"state {obs['state'].shape}; instruction {obs['instruction']!r})")
+          f"state {obs[STATE].shape}; instruction {obs[INSTRUCTION]!r})")
     return 0
 
 

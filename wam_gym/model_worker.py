@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from envs.protocol import stack_rows
 from wam_gym.batching import Request
 
 # Builds the policy inside the worker, given its device ("cpu", "cuda:1"): a checkpoint
@@ -36,20 +35,6 @@ class BatchResult:
     model_seconds: float
     error: str | None = None  # a formatted exception: the batch's requests fail with it
     error_type: str | None = None
-
-
-def stack_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Single-env observations -> one batch in the VectorEnv layout."""
-    first = rows[0]
-    out: dict[str, Any] = {}
-    for key, value in first.items():
-        if isinstance(value, dict):
-            out[key] = stack_rows([r[key] for r in rows])
-        elif isinstance(value, str):
-            out[key] = tuple(r[key] for r in rows)
-        else:
-            out[key] = np.stack([np.asarray(r[key]) for r in rows])
-    return out
 
 
 class ModelServer:

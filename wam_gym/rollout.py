@@ -2,7 +2,8 @@
 
 The vector env must not autoreset (``AutoresetMode.DISABLED``): each finished slot is reset
 here with the next episode's own seed, so episode ``k`` is the same episode whichever slot,
-worker or run it lands in.
+worker or run it lands in. Each slot counts its episode with agents.episode.Episode, as the
+single-env runner (agents.episode.run_episode) does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from agents.base import Agent
+from agents.episode import Episode
+from envs.protocol import IS_SUCCESS
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,13 @@ class EpisodeResult:
 
 @dataclass
 class _Slot:
-    episode: int
-    seed: int
-    steps: int = 0
-    reward: float = 0.0
-    success: bool = False
+    """The episode an env slot is running: its index in ``seeds`` and its tally."""
+
+    index: int
+    tally: Episode
+
+    def result(self) -> EpisodeResult:
+        return EpisodeResult(self.index, self.tally.seed, self.tally.success, self.tally.steps, self.tally.reward)
 
 
 def _check_no_autoreset(vec_env: VectorEnv) -> None:
@@ -65,8 +70,8 @@ def run_episodes(
         seed_list: list[int | None] = [None] * n
         for i in np.flatnonzero(mask):
             if pending:
-                episode, seed = pending.popleft()
-                slots[i] = _Slot(episode, seed)
+                index, seed = pending.popleft()
+                slots[i] = _Slot(index, Episode(seed=seed))
                 seed_list[i] = seed
         agent.reset([int(i) for i in np.flatnonzero(mask)])
         # a masked reset returns the whole batch: reset slots fresh, the others as stepped
@@ -83,11 +88,9 @@ def run_episodes(
         for i, slot in enumerate(slots):
             if slot is None:
                 continue
-            slot.steps += 1
-            slot.reward += float(rewards[i])
-            slot.success |= bool(infos["is_success"][i])
+            slot.tally.count_step(rewards[i], infos[IS_SUCCESS][i])
             if terminated[i] or truncated[i]:
-                result = EpisodeResult(slot.episode, slot.seed, slot.success, slot.steps, slot.reward)
+                result = slot.result()
                 results.append(result)
                 if on_episode:
                     on_episode(result)
@@ -95,4 +98,3 @@ def run_episodes(
                 done[i] = True
         obs = start(done) if done.any() and any(slots + [pending]) else next_obs
     return sorted(results, key=lambda r: r.episode)
-

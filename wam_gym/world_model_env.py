@@ -35,6 +35,7 @@ from gymnasium import spaces
 
 from envs.contract import instruction_space, pixel_space, vector_space
 from envs.errors import MissingAssetsError
+from envs.protocol import ACTION, INSTRUCTION, IS_SUCCESS, LEROBOT_ACTION, PIXELS, STATE, stack_rows
 from wam_gym.utils.metrics import resize_video
 from wam_gym.utils.video import tile
 
@@ -46,7 +47,7 @@ def _shared_world_model(checkpoint: str, device: str, steps: int, sampler: str, 
     from agents.wam.inference_config import InferenceConfig
     from agents.wam.world_model import WorldModel
 
-    config = InferenceConfig(num_inference_steps=steps, sampler=sampler, shift=shift)
+    config = InferenceConfig.from_knobs(num_inference_steps=steps, sampler=sampler, shift=shift)
     return WorldModel.from_checkpoint(checkpoint, config, device=device, prompt_cache_size=8)
 
 
@@ -112,9 +113,9 @@ class WorldModelEnv(gym.Env):
         self.cameras = tuple(cfg.cameras)
         height, width = cfg.image_size
         self.observation_space = spaces.Dict({
-            "pixels": pixel_space(self.cameras, height, width),
-            "state": vector_space(cfg.state_dim),
-            "instruction": instruction_space(),
+            PIXELS: pixel_space(self.cameras, height, width),
+            STATE: vector_space(cfg.state_dim),
+            INSTRUCTION: instruction_space(),
         })
         self.action_space = self._action_space(cfg.action_dim)
         self._obs: dict[str, Any] | None = None
@@ -123,7 +124,7 @@ class WorldModelEnv(gym.Env):
 
     def _action_space(self, dim: int) -> spaces.Box:
         """The dataset's action range (its stats), else unbounded."""
-        stats = self.data.stats.get("action", {}) if self.data.stats_path.is_file() else {}
+        stats = self.data.stats.get(LEROBOT_ACTION, {}) if self.data.stats_path.is_file() else {}
         if "min" in stats and "max" in stats:
             return spaces.Box(np.asarray(stats["min"], np.float32), np.asarray(stats["max"], np.float32), (dim,), np.float32)
         return vector_space(dim)
@@ -149,9 +150,9 @@ class WorldModelEnv(gym.Env):
             raise ValueError(f"start_frame={t} out of range: episode {ep} has {len(table['index'])} frames")
         pixels = {c: resize_video(self.data.episode_frames(ep, c)[t], self.model_config.image_size) for c in self.cameras}
         self._obs = {
-            "pixels": pixels,
-            "state": np.asarray(table["state"][t], np.float32),
-            "instruction": self.data.task_of(ep),
+            PIXELS: pixels,
+            STATE: np.asarray(table["state"][t], np.float32),
+            INSTRUCTION: self.data.task_of(ep),
         }
         self._queued, self._calls = [], 0
         self._noise_base = int(self.np_random.integers(2**31))
@@ -176,7 +177,7 @@ class WorldModelEnv(gym.Env):
     def render(self):
         if self.render_mode != "rgb_array" or self._obs is None:
             return None
-        return tile([self._obs["pixels"][c] for c in self.cameras])
+        return tile([self._obs[PIXELS][c] for c in self.cameras])
 
     # ----------------------------------------------------------------- imagination
     def _checked(self, action) -> np.ndarray:
@@ -196,19 +197,14 @@ class WorldModelEnv(gym.Env):
         """Run the model on the queued actions; the observation becomes the last imagined frame."""
         horizon = self.model_config.action_horizon
         actions = np.concatenate([np.stack(self._queued), lookahead])[:horizon]
-        obs = {
-            "pixels": {c: v[None] for c, v in self._obs["pixels"].items()},
-            "state": self._obs["state"][None],
-            "instruction": [self._obs["instruction"]],
-            "action": actions[None],
-        }
-        prediction = self.predictor.predict(obs, noise_seeds=[self._noise_base + self._calls])
+        request = stack_rows([{**self._obs, ACTION: actions}])
+        prediction = self.predictor.predict(request, noise_seeds=[self._noise_base + self._calls])
         self._calls += 1
         future = prediction.video[0, 1:]  # frame 0 reconstructs the present
         views = np.split(future[-1], len(self.cameras), axis=1)
-        self._obs["pixels"] = dict(zip(self.cameras, views))
+        self._obs[PIXELS] = dict(zip(self.cameras, views))
         if prediction.states is not None:
-            self._obs["state"] = np.asarray(prediction.states[0, self.steps_per_call - 1], np.float32)
+            self._obs[STATE] = np.asarray(prediction.states[0, self.steps_per_call - 1], np.float32)
         elif not self._warned_state:
             logger.warning("%s has no state head: the state holds (train with model.action_expert.predict_state=true)",
                            self.checkpoint)
@@ -218,9 +214,9 @@ class WorldModelEnv(gym.Env):
 
     def _copy_obs(self) -> dict[str, Any]:
         obs = self._obs
-        return {"pixels": {c: v.copy() for c, v in obs["pixels"].items()}, "state": obs["state"].copy(),
-                "instruction": obs["instruction"]}
+        return {PIXELS: {c: v.copy() for c, v in obs[PIXELS].items()}, STATE: obs[STATE].copy(),
+                INSTRUCTION: obs[INSTRUCTION]}
 
     def _info(self) -> dict[str, Any]:
-        return {"is_success": False, "episode_index": self._episode, "frame_index": self._frame,
+        return {IS_SUCCESS: False, "episode_index": self._episode, "frame_index": self._frame,
                 "world_model_calls": self._calls}

@@ -13,9 +13,10 @@ from __future__ import annotations
 import importlib
 
 _SOURCES = {
-    "agents.wam.agent": ("WAMAgent", "WAMAgentConfig"),
+    "agents.wam.agent": ("WAMAgent",),
     "agents.wam.checkpoint": ("MissingCheckpointError", "build_model", "load_pretrained", "save_pretrained"),
     "agents.wam.config": ("PRESETS", "MoTConfig", "preset"),
+    "agents.wam.frames": ("model_frames",),
     "agents.wam.inference_config": ("InferenceConfig", "SAMPLERS", "SamplerConfig"),
     "agents.wam.lora": ("LoraSettings", "add_lora"),
     "agents.wam.mot": ("MoTWAM",),

@@ -1,37 +1,25 @@
 """The action expert: a transformer stack over (state, action chunk) tokens.
 
-Its layers mirror diffusers' ``WanTransformerBlock`` (same attribute names, so one MoT layer
-drives both experts) but are built from diffusers parts at their own width: a Wan-sized
-video expert can sit beside a much narrower action expert, because the shared attention
-only needs the two to agree on heads and head size.
+Its layers have the layout of diffusers' ``WanTransformerBlock`` (same attribute names, so one
+MoT layer drives both experts) but their own width: a Wan-sized video expert can sit beside a
+much narrower action expert, because the shared attention only needs the two to agree on heads
+and head size. The Wan parts come from :mod:`agents.wam.wan_adapter`, the one module that knows
+diffusers' Wan internals.
 """
 
 from __future__ import annotations
 
 import torch
-from diffusers.configuration_utils import ConfigMixin, register_to_config
-from diffusers.models.attention import FeedForward
-from diffusers.models.modeling_utils import ModelMixin
-from diffusers.models.normalization import FP32LayerNorm
-from diffusers.models.transformers.transformer_wan import WanAttention, WanTimeTextImageEmbedding
+from diffusers import ConfigMixin, ModelMixin
+from diffusers.configuration_utils import register_to_config
 from torch import nn
 
+from agents.wam import wan_adapter as wan
 
-class ActionBlock(nn.Module):
+
+class ActionBlock(wan.WanBlock):
     """One action-expert layer: self-attention (joined with the video expert's by the MoT
     layer), cross-attention to the text, feed-forward, all adaLN-modulated by the timestep."""
-
-    def __init__(self, dim: int, ffn_dim: int, num_heads: int, head_dim: int, eps: float):
-        super().__init__()
-        self.norm1 = FP32LayerNorm(dim, eps, elementwise_affine=False)
-        self.attn1 = WanAttention(dim=dim, heads=num_heads, dim_head=head_dim, eps=eps)
-        self.norm2 = FP32LayerNorm(dim, eps, elementwise_affine=True)
-        self.attn2 = WanAttention(
-            dim=dim, heads=num_heads, dim_head=head_dim, eps=eps, cross_attention_dim_head=head_dim
-        )
-        self.ffn = FeedForward(dim, inner_dim=ffn_dim, activation_fn="gelu-approximate")
-        self.norm3 = FP32LayerNorm(dim, eps, elementwise_affine=False)
-        self.scale_shift_table = nn.Parameter(torch.randn(1, 6, dim) / dim**0.5)
 
 
 class ActionExpert(ModelMixin, ConfigMixin):
@@ -61,13 +49,11 @@ class ActionExpert(ModelMixin, ConfigMixin):
         self.action_in = nn.Linear(action_dim, dim)
         # Token 0 is the state, tokens 1.. the actions in time order.
         self.pos_embedding = nn.Parameter(torch.randn(1, max_actions + 1, dim) * 0.02)
-        self.condition_embedder = WanTimeTextImageEmbedding(
-            dim=dim, time_freq_dim=freq_dim, time_proj_dim=dim * 6, text_embed_dim=text_dim
-        )
+        self.condition_embedder = wan.time_text_embedder(dim, freq_dim, text_dim)
         self.blocks = nn.ModuleList(
             ActionBlock(dim, ffn_dim, num_attention_heads, attention_head_dim, eps) for _ in range(num_layers)
         )
-        self.norm_out = FP32LayerNorm(dim, eps, elementwise_affine=False)
+        self.norm_out = wan.output_norm(dim, eps)
         self.scale_shift_table = nn.Parameter(torch.randn(1, 2, dim) / dim**0.5)
         self.proj_out = nn.Linear(dim, action_dim)
         # World-model mode: the state after each action, read off that action's token.
@@ -82,9 +68,7 @@ class ActionExpert(ModelMixin, ConfigMixin):
 
     def head(self, tokens: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
         """Action tokens (state token dropped) -> (B, T, A) velocity."""
-        shift, scale = (self.scale_shift_table + temb.float()[:, None]).chunk(2, dim=1)
-        hidden = (self.norm_out(tokens[:, 1:].float()) * (1 + scale) + shift).type_as(tokens)
-        return self.proj_out(hidden)
+        return wan.output_head(self, tokens[:, 1:], temb)
 
     def next_states(self, tokens: torch.Tensor) -> torch.Tensor:
         """Action tokens (state token dropped) -> (B, T, S): the normalised state after each action."""

@@ -9,38 +9,23 @@ a local :class:`WAMPolicy`, or the inference broker's client).
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 from gymnasium import spaces
 
-from agents.base import Agent, as_batch, batch_size, select
-from agents.wam.policy import InferenceConfig, Prediction, WAMPolicy
-
-logger = logging.getLogger(__name__)
+from agents.base import Agent
+from agents.wam.policy import Prediction
+from envs.protocol import batch_size, select_rows, stack_rows
 
 
 class Predictor(Protocol):
     action_horizon: int
 
     def predict(self, obs: Mapping[str, Any]) -> Prediction: ...
-
-
-@dataclass
-class WAMAgentConfig:
-    """What an evaluation needs to build a WAM agent (EVALUATION.* in the Hydra config)."""
-
-    checkpoint: str | None = None  # a directory written by save_pretrained / python -m training
-    dataset_stats_path: str | None = None  # else the checkpoint's dataset_stats.json
-    action_horizon: int | None = None  # actions kept per prediction; null = the model's horizon
-    replan_steps: int | None = None  # actions executed before replanning; null = action_horizon
-    device: str = "cpu"
-    inference: InferenceConfig = field(default_factory=InferenceConfig)
 
 
 class WAMAgent(Agent):
@@ -59,15 +44,6 @@ class WAMAgent(Agent):
         self.last_prediction: dict[int, Prediction] = {}  # per env: its latest chunk (and video)
         self.num_model_calls = 0
 
-    @classmethod
-    def from_config(cls, config: WAMAgentConfig, action_space: spaces.Box | None = None) -> WAMAgent:
-        if config.checkpoint is None:
-            raise ValueError("WAMAgentConfig.checkpoint is required: pass the directory a training run saved")
-        policy = WAMPolicy.from_checkpoint(
-            config.checkpoint, config.inference, config.dataset_stats_path, device=config.device
-        )
-        return cls(policy, config.action_horizon, config.replan_steps, action_space)
-
     def reset(self, env_ids: list[int] | None = None) -> None:
         for i in list(self._queues) if env_ids is None else env_ids:
             self._queues.pop(i, None)
@@ -75,18 +51,14 @@ class WAMAgent(Agent):
 
     def replan(self, obs: Mapping[str, Any]) -> None:
         """Drop every queued action and predict new chunks from ``obs`` now."""
-        single = batch_size(obs) is None
-        batch = as_batch(obs) if single else obs
-        n = np.asarray(batch["state"]).shape[0]
+        batch, n, _ = _as_batch(obs)
         self._plan(batch, list(range(n)))
 
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
-        single = batch_size(obs) is None
-        batch = as_batch(obs) if single else obs
-        n = np.asarray(batch["state"]).shape[0]
+        batch, n, single = _as_batch(obs)
         dry = [i for i in range(n) if not self._queues.get(i)]
-        if dry:
-            self._plan(select(batch, dry) if len(dry) < n else batch, dry)
+        if dry:  # only envs whose queue ran dry send their observation to the model
+            self._plan(select_rows(batch, dry) if len(dry) < n else batch, dry)
         actions = np.stack([self._queues[i].popleft() for i in range(n)])
         return actions[0] if single else actions
 
@@ -101,8 +73,13 @@ class WAMAgent(Agent):
             chunk = np.clip(chunk, self.action_space.low, self.action_space.high)
         for row, env_id in enumerate(env_ids):
             self._queues[env_id] = deque(chunk[row].astype(np.float32))
-            video = None if prediction.video is None else prediction.video[row]
-            self.last_prediction[env_id] = Prediction(prediction.actions[row], video)
+            self.last_prediction[env_id] = prediction.row(row)
+
+
+def _as_batch(obs: Mapping[str, Any]) -> tuple[Mapping[str, Any], int, bool]:
+    """(the batch, its size, whether ``obs`` was one env's observation made a batch of one)."""
+    n = batch_size(obs)
+    return (stack_rows([obs]), 1, True) if n is None else (obs, n, False)
 
 
 def _horizon(requested: int | None, model_horizon: int) -> int:

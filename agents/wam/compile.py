@@ -8,7 +8,7 @@ top of the first (the worker must restart to change settings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,25 +22,29 @@ class CompileConfig:
     """Arguments of ``torch.compile``.
 
     ``mode`` and ``options`` are mutually exclusive in ``torch.compile``: when ``options`` is
-    given, ``mode`` is ignored and ``mode=None`` is passed. ``mode="reduce-overhead"`` uses CUDA
-    graphs; on CPU torch may warn and fall back, which is harmless.
+    not empty, ``mode`` is ignored and ``mode=None`` is passed. ``mode="reduce-overhead"`` uses CUDA
+    graphs; on CPU torch may warn and fall back, which is harmless. ``options`` is a dict, empty
+    for none (``None`` is taken as empty): Hydra can merge ``key={a: 1}`` into an empty dict, not into null.
     """
 
-    enabled: bool = False
-    mode: str | None = "reduce-overhead"
-    backend: str = "inductor"
-    fullgraph: bool = False
-    dynamic: bool | None = None
-    options: dict[str, Any] | None = None
+    enabled: bool = False  # compile at all; False leaves the module eager
+    mode: str | None = "reduce-overhead"  # torch.compile mode (default | reduce-overhead | max-autotune); null: default
+    backend: str = "inductor"  # torch.compile backend (inductor | aot_eager | eager | ...)
+    fullgraph: bool = False  # fail on a graph break instead of falling back to Python
+    dynamic: bool | None = None  # dynamic shapes: null lets torch decide after a recompile, false specialises
+    options: dict[str, Any] = field(default_factory=dict)  # backend options (e.g. {max_autotune: true}); replace mode
+
+    def __post_init__(self) -> None:
+        self.options = dict(self.options or {})  # None (or Hydra's DictConfig) -> a plain dict
 
     def compile_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.compile``, with ``options`` taking over from ``mode``."""
         return {
-            "mode": None if self.options is not None else self.mode,
+            "mode": None if self.options else self.mode,
             "backend": self.backend,
             "fullgraph": self.fullgraph,
             "dynamic": self.dynamic,
-            "options": self.options,
+            "options": self.options or None,
         }
 
 

@@ -29,21 +29,21 @@ class BackboneConfig:
     """The video expert: keyword arguments of diffusers' ``WanTransformer3DModel``, plus the
     two runtime knobs that act on the transformer stack."""
 
-    num_attention_heads: int = 4
-    attention_head_dim: int = 16
-    in_channels: int = 4
-    out_channels: int = 4
-    text_dim: int = 32
-    freq_dim: int = 32
-    ffn_dim: int = 128
-    num_layers: int = 2
-    patch_size: tuple[int, int, int] = (1, 2, 2)
-    cross_attn_norm: bool = True
-    qk_norm: str = "rms_norm_across_heads"
-    eps: float = 1e-6
-    rope_max_seq_len: int = 1024
-    attention_backend: str = "auto"
-    use_gradient_checkpointing: bool = False
+    num_attention_heads: int = 4  # heads of every attention (the action expert shares them)
+    attention_head_dim: int = 16  # size of one head; width = heads x head size
+    in_channels: int = 4  # latent channels in (the VAE's z_dim)
+    out_channels: int = 4  # latent channels out (the VAE's z_dim)
+    text_dim: int = 32  # width of the text encoder's features (its d_model)
+    freq_dim: int = 32  # sinusoidal timestep embedding size
+    ffn_dim: int = 128  # feed-forward hidden width
+    num_layers: int = 2  # transformer blocks (each joins the action expert's block of the same index)
+    patch_size: tuple[int, int, int] = (1, 2, 2)  # (frames, height, width) latent cells per video token
+    cross_attn_norm: bool = True  # layer-norm before cross-attention to the text
+    qk_norm: str = "rms_norm_across_heads"  # query/key normalisation (diffusers' Wan option)
+    eps: float = 1e-6  # of the norms
+    rope_max_seq_len: int = 1024  # longest position the rotary embedding covers
+    attention_backend: str = "auto"  # auto | fa4 | fa3 | fa2 | sdpa (auto: first FlashAttention that runs, else SDPA)
+    use_gradient_checkpointing: bool = False  # recompute each MoT layer (both experts) in backward
 
     def transformer_kwargs(self) -> dict[str, Any]:
         kwargs = dataclasses.asdict(self)
@@ -58,10 +58,10 @@ class ActionExpertConfig:
     """The action expert. Its heads and head size are the video expert's (the two share one
     attention), its width and depth per layer are its own."""
 
-    dim: int = 32
-    ffn_dim: int = 64
-    freq_dim: int = 32
-    eps: float = 1e-6
+    dim: int = 32  # width of the action tokens
+    ffn_dim: int = 64  # feed-forward hidden width
+    freq_dim: int = 32  # sinusoidal timestep embedding size
+    eps: float = 1e-6  # of the norms
     predict_state: bool = False  # a head for the state after each action (world-model mode)
 
 
@@ -69,17 +69,17 @@ class ActionExpertConfig:
 class VAEConfig:
     """Keyword arguments of diffusers' ``AutoencoderKLWan`` (``dim_mult`` repeats its last entry)."""
 
-    base_dim: int = 8
-    z_dim: int = 4
-    dim_mult: tuple[int, ...] = (1, 2, 2, 2)
-    num_res_blocks: int = 1
-    temperal_downsample: tuple[bool, ...] = (False, True, True)
-    is_residual: bool = False
-    patch_size: int | None = None
-    in_channels: int = 3
-    out_channels: int = 3
-    scale_factor_temporal: int = 4
-    scale_factor_spatial: int = 8
+    base_dim: int = 8  # channels of the first stage
+    z_dim: int = 4  # latent channels
+    dim_mult: tuple[int, ...] = (1, 2, 2, 2)  # channel multiplier per stage
+    num_res_blocks: int = 1  # residual blocks per stage
+    temperal_downsample: tuple[bool, ...] = (False, True, True)  # which downsamplings also halve time (diffusers' spelling)
+    is_residual: bool = False  # Wan2.2's residual up/down blocks
+    patch_size: int | None = None  # pixel patchify inside the VAE (Wan2.2: 2); null: none
+    in_channels: int = 3  # pixel channels in (x patch_size^2 when patchified)
+    out_channels: int = 3  # pixel channels out (x patch_size^2 when patchified)
+    scale_factor_temporal: int = 4  # pixel frames per latent frame (after the first)
+    scale_factor_spatial: int = 8  # pixels per latent cell side
 
     def vae_kwargs(self) -> dict[str, Any]:
         kwargs = dataclasses.asdict(self)
@@ -96,40 +96,34 @@ class TextEncoderConfig:
     """A T5-family encoder from transformers (UMT5 for Wan). Random-weight models use the
     byte-level ByT5 tokenizer, which needs no vocabulary file."""
 
-    d_model: int = 32
-    d_kv: int = 8
-    d_ff: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    max_length: int = 64
+    d_model: int = 32  # feature width (the backbone's text_dim)
+    d_kv: int = 8  # size of one attention head
+    d_ff: int = 64  # feed-forward hidden width
+    num_layers: int = 2  # encoder blocks
+    num_heads: int = 4  # attention heads
+    max_length: int = 64  # tokens per instruction (padded / truncated)
 
 
 @dataclass
 class MoTConfig:
     """Everything that fixes the model's weights and input geometry."""
 
-    preset: str = "tiny"
-    # Local diffusers directory (transformer/, vae/, text_encoder/, tokenizer/) of a Wan model;
-    # None builds every component with random weights from the fields below.
-    pretrained_path: str | None = None
-    backbone: BackboneConfig = field(default_factory=BackboneConfig)
-    action_expert: ActionExpertConfig = field(default_factory=ActionExpertConfig)
-    vae: VAEConfig = field(default_factory=VAEConfig)
-    text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
-    # Per-module precision (UnifoLM-WMA's encoder_mode): fp32 | autocast | bf16_full each; the VAE is
-    # the image encoder.
-    encoder_mode: PrecisionConfig = field(default_factory=PrecisionConfig)
+    preset: str = "tiny"  # the preset this config started from (model=<preset>), for logs and checkpoints
+    pretrained_path: str | None = None  # local diffusers folder of a Wan model (transformer/, vae/, ...); null: random weights
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)  # the video expert
+    action_expert: ActionExpertConfig = field(default_factory=ActionExpertConfig)  # the action expert
+    vae: VAEConfig = field(default_factory=VAEConfig)  # pixels <-> latents
+    text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)  # the instruction encoder
+    encoder_mode: PrecisionConfig = field(default_factory=PrecisionConfig)  # per-module precision (UnifoLM-WMA's encoder_mode)
     # Observation and action geometry.
-    cameras: tuple[str, ...] = ("corner", "gripperPOV")
+    cameras: tuple[str, ...] = ("corner", "gripperPOV")  # observation cameras, in tiling order
     image_size: tuple[int, int] = (64, 64)  # per camera (H, W); cameras are tiled side by side
-    state_dim: int = 4
-    action_dim: int = 4
-    action_horizon: int = 16
+    state_dim: int = 4  # proprioceptive state size (training fits it to the dataset)
+    action_dim: int = 4  # action size (training fits it to the dataset)
+    action_horizon: int = 16  # actions predicted per model call (one chunk)
     num_future_frames: int = 4  # predicted pixel frames after the current one
-    # joint: denoise future video with the actions; action_only: actions attend to the
-    # current frame only (faster; trained by dropping future video with video_dropout).
-    video_mode: str = "joint"
-    vae_micro_batch_size: int | None = None
+    video_mode: str = "joint"  # joint: denoise future video with the actions; action_only: actions see the current frame only
+    vae_micro_batch_size: int | None = None  # VAE encode/decode in chunks of this many clips; null: whole batch
 
     def __post_init__(self) -> None:
         if self.video_mode not in VIDEO_MODES:

@@ -1,13 +1,21 @@
-"""The EVALUATION knobs that act on one model call, and the sampler choice, as plain data.
+"""What one model call does, as plain data: the sampler, the compile, and three switches.
 
 Kept apart from ``policy.py`` (which pulls in diffusers and transformers) so that building or
 validating an evaluation config, e.g. to report a typo in an override, imports no model code.
+
+:class:`InferenceConfig` nests one owner per group: :class:`SamplerConfig` (here) and
+:class:`~agents.wam.compile.CompileConfig`. Command lines spell the same settings flat, with
+EasyWAM's names (``EVALUATION.num_inference_steps``, ``EVALUATION.torch_compile_mode``, ...):
+:data:`KNOBS` lists those names and :meth:`InferenceConfig.from_knobs` is the one place that
+turns them into the nested config.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from agents.wam.compile import CompileConfig
 
 SAMPLERS = ("flow_euler", "unipc", "dpmpp", "ddim")
 
@@ -20,9 +28,9 @@ class SamplerConfig:
     more steps at high noise (Wan's default is 5.0); ``1.0`` means no shift.
     """
 
-    name: str = "unipc"
-    num_inference_steps: int = 10
-    shift: float = 5.0
+    name: str = "unipc"  # flow_euler | unipc | dpmpp | ddim (diffusers schedulers in flow mode)
+    num_inference_steps: int = 10  # denoising steps: model calls per action chunk
+    shift: float = 5.0  # flow shift of the schedule; 1.0 = none, above 1 = more steps at high noise
 
     def __post_init__(self) -> None:
         if self.name not in SAMPLERS:
@@ -37,29 +45,43 @@ class SamplerConfig:
 
 @dataclass
 class InferenceConfig:
-    """The EVALUATION knobs that act on one model call (seeds' names)."""
+    """What :class:`~agents.wam.policy.WAMPolicy` does in one model call."""
 
-    num_inference_steps: int = 10
-    sampler: str = "unipc"
-    shift: float = 5.0
-    inference_cross_kv_reuse: bool = True
-    visualize_future_video: bool = False  # decode the predicted latents into frames
-    torch_compile: bool = False
-    torch_compile_mode: str | None = "reduce-overhead"
-    torch_compile_backend: str = "inductor"
-    torch_compile_fullgraph: bool = False
-    torch_compile_dynamic: bool | None = None
-    torch_compile_options: dict[str, Any] | None = None
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)  # solver, steps, flow shift
+    compile: CompileConfig = field(default_factory=CompileConfig)  # torch.compile of the denoiser
+    inference_cross_kv_reuse: bool = True  # text cross-attention K/V once per call, not per step (same outputs)
+    visualize_future_video: bool = False  # decode the predicted latents into frames (Prediction.video)
     seed: int = 0  # of the sampling noise: the same observations give the same actions
 
-    def sampler_config(self) -> SamplerConfig:
-        return SamplerConfig(name=self.sampler, num_inference_steps=self.num_inference_steps, shift=self.shift)
+    @classmethod
+    def from_knobs(cls, **knobs: Any) -> InferenceConfig:
+        """The config from EasyWAM's flat knob names (:data:`KNOBS`); knobs not given keep their defaults.
 
-    def compile_config(self):
-        from agents.wam.compile import CompileConfig
+        ``InferenceConfig.from_knobs(num_inference_steps=4, torch_compile=True)`` equals
+        ``InferenceConfig(sampler=SamplerConfig(num_inference_steps=4), compile=CompileConfig(enabled=True))``.
+        """
+        unknown = sorted(set(knobs) - set(KNOBS))
+        if unknown:
+            raise TypeError(f"unknown inference knob(s) {unknown}; known: {sorted(KNOBS)}")
+        groups: dict[str | None, dict[str, Any]] = {None: {}, "sampler": {}, "compile": {}}
+        for name, value in knobs.items():
+            group, key = KNOBS[name]
+            groups[group][key] = value
+        return cls(sampler=SamplerConfig(**groups["sampler"]), compile=CompileConfig(**groups["compile"]), **groups[None])
 
-        return CompileConfig(
-            enabled=self.torch_compile, mode=self.torch_compile_mode, backend=self.torch_compile_backend,
-            fullgraph=self.torch_compile_fullgraph, dynamic=self.torch_compile_dynamic,
-            options=self.torch_compile_options,
-        )
+
+# EasyWAM's flat knob names (EVALUATION.<name>) -> (group of InferenceConfig or None, field there).
+KNOBS: dict[str, tuple[str | None, str]] = {
+    "num_inference_steps": ("sampler", "num_inference_steps"),
+    "sampler": ("sampler", "name"),
+    "shift": ("sampler", "shift"),
+    "inference_cross_kv_reuse": (None, "inference_cross_kv_reuse"),
+    "visualize_future_video": (None, "visualize_future_video"),
+    "torch_compile": ("compile", "enabled"),
+    "torch_compile_mode": ("compile", "mode"),
+    "torch_compile_backend": ("compile", "backend"),
+    "torch_compile_fullgraph": ("compile", "fullgraph"),
+    "torch_compile_dynamic": ("compile", "dynamic"),
+    "torch_compile_options": ("compile", "options"),
+    "seed": (None, "seed"),
+}

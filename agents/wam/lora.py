@@ -1,8 +1,12 @@
 """LoRA adapters on both experts, through peft.
 
 Adapters go on the attention projections of every transformer block of the chosen experts;
-all other weights freeze. Saved in peft's directory format (``adapter_config.json`` +
-``adapter_model.safetensors``), one folder per expert.
+all other weights freeze, except the modules ``fully_trained`` names. Saved in peft's directory
+format (``adapter_config.json`` + ``adapter_model.safetensors``), one folder per expert.
+
+:class:`LoraSettings` is the one LoRA config: ``add_lora(model, LoraSettings(rank=16))`` in
+Python, and the ``lora.*`` group of ``python -m training`` (where ``lora.enabled`` turns it on).
+peft loads only when adapters are added, saved or loaded, so the training schema imports none.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model, set_peft_model_state_dict
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -25,20 +28,31 @@ ADAPTER_FILE = "adapter_model.safetensors"
 
 @dataclass
 class LoraSettings:
-    rank: int = 16
-    alpha: float = 16.0
-    dropout: float = 0.0
-    experts: tuple[str, ...] = ("video", "action")
-    target_modules: tuple[str, ...] = ("to_q", "to_k", "to_v", "to_out.0")
+    """Where adapters go and how big they are (peft's LoraConfig, restricted to the MoT's blocks)."""
+
+    enabled: bool = True  # python -m training adds adapters only when true (lora.enabled=true: the _lora recipes)
+    rank: int = 16  # adapter rank r
+    alpha: float = 16.0  # peft's lora_alpha: the update is scaled by alpha / rank
+    dropout: float = 0.0  # peft's lora_dropout on the adapter input
+    experts: tuple[str, ...] = ("video", "action")  # which experts get adapters: video | action
+    target_modules: tuple[str, ...] = ("to_q", "to_k", "to_v", "to_out.0")  # projections inside each block
+    # Modules trained in full beside the adapters (e.g. a fresh action expert next to Wan weights).
+    fully_trained: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # Hydra and JSON hand over lists.
+        self.experts, self.target_modules = tuple(self.experts), tuple(self.target_modules)
+        self.fully_trained = tuple(self.fully_trained)
         unknown = set(self.experts) - set(EXPERTS)
         if unknown:
             raise ValueError(f"unknown LoRA expert(s) {sorted(unknown)}; choose from {sorted(EXPERTS)}")
         if self.rank < 1:
             raise ValueError("LoRA rank must be >= 1")
 
-    def peft_config(self) -> LoraConfig:
+    def peft_config(self):
+        """peft's ``LoraConfig`` for one expert."""
+        from peft import LoraConfig
+
         # Only inside transformer blocks: patch embeddings and heads keep their trained weights.
         names = "|".join(re.escape(m) for m in self.target_modules)
         return LoraConfig(
@@ -52,11 +66,15 @@ def has_lora(module: nn.Module) -> bool:
 
 
 def add_lora(model: nn.Module, settings: LoraSettings) -> None:
-    """Inject adapters into ``model``'s experts and make them the only trainable weights."""
+    """Inject adapters into ``model``'s experts; they and ``settings.fully_trained`` become the only
+    trainable weights. (``settings.enabled`` is for configs that may leave LoRA off: not read here.)"""
+    from peft import inject_adapter_in_model
+
     for expert in settings.experts:
         inject_adapter_in_model(settings.peft_config(), getattr(model, EXPERTS[expert]))
     for name, param in model.named_parameters():
-        param.requires_grad_("lora_" in name)
+        full = any(name.startswith(f"{prefix}.") for prefix in settings.fully_trained)
+        param.requires_grad_("lora_" in name or full)
     model.lora_settings = settings
 
 
@@ -70,6 +88,8 @@ def base_state_dict(module: nn.Module) -> dict:
 
 
 def save_lora(model: nn.Module, directory: Path) -> None:
+    from peft import get_peft_model_state_dict
+
     settings: LoraSettings = model.lora_settings
     directory.mkdir(parents=True, exist_ok=True)
     (directory / SETTINGS_FILE).write_text(json.dumps(dataclasses.asdict(settings), indent=2))
@@ -83,8 +103,9 @@ def save_lora(model: nn.Module, directory: Path) -> None:
 
 
 def load_lora(model: nn.Module, directory: Path) -> None:
-    data = json.loads((directory / SETTINGS_FILE).read_text())
-    settings = LoraSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    from peft import set_peft_model_state_dict
+
+    settings = LoraSettings(**json.loads((directory / SETTINGS_FILE).read_text()))
     add_lora(model, settings)
     for expert in settings.experts:
         path = directory / expert / ADAPTER_FILE

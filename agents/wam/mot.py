@@ -19,27 +19,20 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
-from diffusers import AutoencoderKLWan, WanTransformer3DModel
+from diffusers import AutoencoderKLWan
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
 
+from agents.wam import wan_adapter as wan
 from agents.wam.action_expert import ActionExpert
+from agents.wam.attention import resolve_attention_backend
 from agents.wam.config import MoTConfig
 from agents.wam.layers import LayerContext, mot_layer
-from agents.wam.attention import resolve_attention_backend
 from agents.wam.precision import apply_precision, module_dtype, precision_scope
+from agents.wam.wan_adapter import WanTransformer3DModel
 
 logger = logging.getLogger(__name__)
-
-
-def _time_embedding(embedder: nn.Module, timesteps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Wan's timestep embedding (temb, 6-way modulation) of a ``WanTimeTextImageEmbedding``,
-    without its text projection, which is static within an inference call."""
-    proj = embedder.timesteps_proj(timesteps.flatten())
-    proj = proj.unflatten(0, timesteps.shape).to(next(embedder.time_embedder.parameters()).dtype)
-    temb = embedder.time_embedder(proj)
-    return temb, embedder.time_proj(embedder.act_fn(temb))
 
 
 class MoTWAM(nn.Module):
@@ -98,10 +91,11 @@ class MoTWAM(nn.Module):
     # ----------------------------------------------------------------- structure
     def _check_shapes(self) -> None:
         tc, cfg = self.transformer.config, self.config
+        wan.check_video_expert(self.transformer)
         expected = {
             "transformer in_channels": (tc.in_channels, self.vae.config.z_dim),
             "transformer text_dim": (tc.text_dim, self.text_encoder.config.d_model),
-            "action expert layers": (len(self.action_expert.blocks), len(self.transformer.blocks)),
+            "action expert layers": (len(wan.expert_blocks(self.action_expert)), len(wan.expert_blocks(self.transformer))),
             "action expert heads": (self.action_expert.config.num_attention_heads, tc.num_attention_heads),
         }
         wrong = {name: pair for name, pair in expected.items() if pair[0] != pair[1]}
@@ -113,11 +107,11 @@ class MoTWAM(nn.Module):
         """Input/output projections and condition embedders of both experts (precision group)."""
         tr, ax = self.transformer, self.action_expert
         heads = [ax.proj_out] if ax.state_out is None else [ax.proj_out, ax.state_out]
-        return [tr.patch_embedding, tr.condition_embedder, tr.proj_out, ax.state_in, ax.action_in, ax.condition_embedder, *heads]
+        return [*wan.io_modules(tr), ax.state_in, ax.action_in, ax.condition_embedder, *heads]
 
     def _apply_precision(self) -> None:
         p = self.config.encoder_mode
-        for blocks in (self.transformer.blocks, self.action_expert.blocks):
+        for blocks in (wan.expert_blocks(self.transformer), wan.expert_blocks(self.action_expert)):
             apply_precision(blocks, p.backbone)
         for module in self.projector_modules():
             apply_precision(module, p.projectors)
@@ -126,7 +120,7 @@ class MoTWAM(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.transformer.patch_embedding.weight.device
+        return wan.parameter_device(self.transformer)
 
     @contextmanager
     def _precision(self, group: str):
@@ -188,9 +182,9 @@ class MoTWAM(nn.Module):
         self,
         latents: torch.Tensor,
         video_sigma: torch.Tensor,
-        actions: torch.Tensor,
-        action_sigma: torch.Tensor,
-        state: torch.Tensor,
+        actions: torch.Tensor | None,
+        action_sigma: torch.Tensor | None,
+        state: torch.Tensor | None,
         text: torch.Tensor,
         cross_kv: dict | None = None,
         return_state: bool = False,
@@ -203,67 +197,67 @@ class MoTWAM(nn.Module):
         dict kept for the whole inference call to reuse the text's cross-attention K/V.
         Returns (B, C, F-1, h, w) (None when F = 1) and (B, T, A); with ``return_state`` also
         (B, T, S), the normalised state after each action (needs ``action_expert.predict_state``).
+
+        ``actions`` None: no action tokens and no action expert, the video expert alone (then
+        exactly Wan's forward with the current frame at timestep 0); returns (video, None).
         """
         tr, ax = self.transformer, self.action_expert
-        b, _, frames, h, w = latents.shape
-        _, p_h, p_w = tr.config.patch_size
-        per_frame = (h // p_h) * (w // p_w)
+        with_actions = actions is not None
+        if not with_actions and (return_state or latents.shape[2] == 1):
+            raise ValueError("a forward without actions predicts video only: it needs future frames and no return_state")
+        grid = wan.patch_grid(tr, latents.shape)
+        per_frame = grid[1] * grid[2]
 
         with self._precision("projectors") as dtype:
-            xv = tr.patch_embedding(latents.to(dtype)).flatten(2).transpose(1, 2)
+            xv = wan.patchify(tr, latents.to(dtype))
             # The current frame is clean: its tokens get timestep 0, the future ones video_sigma.
-            t_video = (video_sigma.float() * 1000)[:, None].repeat(1, frames * per_frame)
+            t_video = (video_sigma.float() * 1000)[:, None].repeat(1, grid[0] * per_frame)
             t_video[:, :per_frame] = 0
-            temb_v, mod_v = _time_embedding(tr.condition_embedder, t_video)
-            temb_a, mod_a = _time_embedding(ax.condition_embedder, action_sigma.float() * 1000)
-            xa = ax.embed(state.to(dtype), actions.to(dtype))
-            video_text, action_text = self._project_text(text.to(dtype), cross_kv)
+            temb_v, mod_v = wan.time_embedding(tr, t_video)
+            video_text, action_text = self._project_text(text.to(dtype), cross_kv, with_actions)
+            if with_actions:
+                temb_a, mod_a = wan.time_embedding(ax, action_sigma.float() * 1000)
+                xa = ax.embed(state.to(dtype), actions.to(dtype))
 
         with self._precision("backbone") as dtype:
             ctx = LayerContext(
-                video_mod=mod_v.unflatten(2, (6, -1)), action_mod=mod_a.unflatten(1, (6, -1)),
-                video_text=video_text.to(dtype), action_text=action_text.to(dtype),
-                rotary=tr.rope(latents), backend=self.attention_backend(), cross_kv=cross_kv,
+                video_mod=mod_v, action_mod=mod_a if with_actions else None,
+                video_text=video_text.to(dtype), action_text=action_text.to(dtype) if with_actions else None,
+                rotary=wan.rotary(tr, latents), backend=self.attention_backend(), cross_kv=cross_kv,
             )
-            xv, xa = xv.to(dtype), xa.to(dtype)
+            xv = xv.to(dtype)
+            xa = xa.to(dtype) if with_actions else None
+            action_blocks = wan.expert_blocks(ax) if with_actions else [None] * len(wan.expert_blocks(tr))
             recompute = self.config.backbone.use_gradient_checkpointing and torch.is_grad_enabled()
-            for i, (video_block, action_block) in enumerate(zip(tr.blocks, ax.blocks)):
+            for i, (video_block, action_block) in enumerate(zip(wan.expert_blocks(tr), action_blocks)):
                 if recompute:
                     xv, xa = checkpoint(mot_layer, video_block, action_block, xv, xa, ctx, i, use_reentrant=False)
                 else:
                     xv, xa = mot_layer(video_block, action_block, xv, xa, ctx, i)
 
         with self._precision("projectors") as dtype:
-            action_velocity = ax.head(xa.to(dtype), temb_a).float()
+            action_velocity = ax.head(xa.to(dtype), temb_a).float() if with_actions else None
             video_velocity = None
-            if frames > 1:
+            if grid[0] > 1:
                 future = xv[:, per_frame:].to(dtype)
-                video_velocity = self._video_head(future, temb_v[:, per_frame:], (frames - 1, h // p_h, w // p_w)).float()
+                hidden = wan.output_head(tr, future, temb_v[:, per_frame:])
+                video_velocity = wan.unpatchify(tr, hidden, (grid[0] - 1, grid[1], grid[2])).float()
             if return_state:
                 return video_velocity, action_velocity, ax.next_states(xa.to(dtype)).float()
         return video_velocity, action_velocity
 
-    def _project_text(self, text: torch.Tensor, cross_kv: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _project_text(
+        self, text: torch.Tensor, cross_kv: dict | None, with_actions: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if cross_kv is not None and "text" in cross_kv:
             return cross_kv["text"]
-        projected = (
-            self.transformer.condition_embedder.text_embedder(text),
-            self.action_expert.condition_embedder.text_embedder(text),
-        )
+        video = wan.project_text(self.transformer, text)
+        if not with_actions:  # not cached: a later call with actions needs both
+            return video, None
+        projected = video, wan.project_text(self.action_expert, text)
         if cross_kv is not None:
             cross_kv["text"] = projected
         return projected
-
-    def _video_head(self, tokens: torch.Tensor, temb: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
-        """Wan's output norm, projection and unpatchify for the future-frame tokens."""
-        tr = self.transformer
-        shift, scale = (tr.scale_shift_table.unsqueeze(0) + temb.float().unsqueeze(2)).chunk(2, dim=2)
-        hidden = (tr.norm_out(tokens.float()) * (1 + scale.squeeze(2)) + shift.squeeze(2)).type_as(tokens)
-        hidden = tr.proj_out(hidden)
-        f, gh, gw = grid
-        p_t, p_h, p_w = tr.config.patch_size
-        hidden = hidden.reshape(hidden.shape[0], f, gh, gw, p_t, p_h, p_w, -1)
-        return hidden.permute(0, 7, 1, 4, 2, 5, 3, 6).flatten(6, 7).flatten(4, 5).flatten(2, 3)
 
     # ----------------------------------------------------------------- training
     def loss(
@@ -274,6 +268,7 @@ class MoTWAM(nn.Module):
         text: torch.Tensor,
         *,
         next_states: torch.Tensor | None = None,
+        action_is_pad: torch.Tensor | None = None,
         video_dropout: float = 0.0,
         world_model_prob: float = 0.0,
         action_weight: float = 1.0,
@@ -287,8 +282,17 @@ class MoTWAM(nn.Module):
         ``video_dropout``: the chance a batch is trained action-only (video_mode=action_only).
         ``world_model_prob``: the chance a row gets its actions clean (noise level 0) and learns
         only the video (and, with ``next_states`` (B, T, S) and a state head, the states) that
-        follow from them: the world-model mode of :class:`agents.wam.world_model.WorldModel`."""
+        follow from them: the world-model mode of :class:`agents.wam.world_model.WorldModel`.
+
+        ``action_is_pad`` (B, T) bool: steps past the episode's end (``ClipDataset``'s key of that
+        name). They are left out of the action and state losses (a mean over real steps only; a
+        row with none adds nothing) and, as model input, hold the row's last real action, so
+        neither the losses nor their gradients depend on the values at padded steps."""
         b, device = latents.shape[0], latents.device
+        real = torch.ones(actions.shape[:2], dtype=torch.bool, device=device)
+        if action_is_pad is not None:
+            real = ~action_is_pad.to(device=device, dtype=torch.bool)
+            actions = _hold_last_real(actions, real)
         # Draws happen on the CPU generator so a seeded loss is the same on every device.
         sigma_v, sigma_a = torch.sigmoid(torch.randn(2, b, generator=generator)).to(device)
         action_only = bool(torch.rand((), generator=generator) < video_dropout) or latents.shape[2] == 1
@@ -306,24 +310,35 @@ class MoTWAM(nn.Module):
         video_pred, action_pred, *state_pred = self(
             video_in, sigma_v, noisy_actions, sigma_a, state, text, return_state=with_state
         )
-        action_loss = _row_mean_loss(action_pred, noise_a - actions, ~given)
+        action_loss = _masked_mse(action_pred, noise_a - actions, (~given)[:, None] & real)
         video_loss = torch.zeros((), device=device) if action_only else F.mse_loss(video_pred, noise_v - future)
         losses = {"video_loss": video_loss, "action_loss": action_loss}
         total = video_loss + action_weight * action_loss
         if with_state:
             # Trained where the actions were given, as in world-model inference (all rows if none are).
             rows = given if world_model_prob > 0 else torch.ones_like(given)
-            losses["state_loss"] = _row_mean_loss(state_pred[0], next_states.to(device), rows)
+            losses["state_loss"] = _masked_mse(state_pred[0], next_states.to(device), rows[:, None] & real)
             total = total + state_weight * losses["state_loss"]
         return {"loss": total, **losses}
 
 
-def _row_mean_loss(pred: torch.Tensor, target: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """MSE over the selected rows (0 when none are); plain MSE when all are, bit for bit."""
-    if bool(rows.all()):
+def _masked_mse(pred: torch.Tensor, target: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """MSE of (B, T, D) predictions over the selected (row, step) pairs ``steps`` (B, T), each
+    step weighing the same (0 when none is selected); plain MSE when all are, bit for bit.
+    Unselected steps add exactly nothing, to the value or the gradient, whatever they hold (inf and NaN too)."""
+    if bool(steps.all()):
         return F.mse_loss(pred, target)
-    per_row = ((pred - target) ** 2).flatten(1).mean(1)
-    return (per_row * rows).sum() / rows.sum().clamp(min=1)
+    diff = torch.where(steps[..., None], pred - target, torch.zeros_like(pred))
+    return (diff**2).mean(-1).sum() / steps.sum().clamp(min=1)
+
+
+def _hold_last_real(actions: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """(B, T, A) actions with every padded step (``real`` False) replaced by the row's last real
+    action before it (zeros where none is): what ClipDataset pads with, from real values only."""
+    steps = torch.arange(actions.shape[1], device=actions.device).expand_as(real)
+    last = torch.where(real, steps, torch.full_like(steps, -1)).cummax(dim=1).values
+    held = actions.gather(1, last.clamp(min=0)[..., None].expand_as(actions))
+    return torch.where((last >= 0)[..., None], held, torch.zeros_like(actions))
 
 
 def _interpolate(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-STATE_KEY = "observation.state"
-ACTION_KEY = "action"
+from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
+
 _EPS = 1e-6
 
 
@@ -34,22 +34,24 @@ class Normalizer:
                 "dataset's meta/stats.json (training.collect writes it)"
             )
         stats = json.loads(path.read_text())
-        missing = [k for k in (STATE_KEY, ACTION_KEY) if k not in stats]
+        missing = [k for k in (LEROBOT_STATE, LEROBOT_ACTION) if k not in stats]
         if missing:
             raise ValueError(f"{path} lacks statistics for {missing} (has {sorted(stats)})")
 
         def field(key: str, name: str) -> np.ndarray:
             return np.asarray(stats[key][name], dtype=np.float32)
 
-        return cls(field(STATE_KEY, "mean"), field(STATE_KEY, "std"), field(ACTION_KEY, "min"), field(ACTION_KEY, "max"))
+        return cls(
+            field(LEROBOT_STATE, "mean"), field(LEROBOT_STATE, "std"), field(LEROBOT_ACTION, "min"), field(LEROBOT_ACTION, "max")
+        )
 
     def to_json(self) -> dict:
         def pack(**arrays):
             return {k: v.tolist() for k, v in arrays.items()}
 
         return {
-            STATE_KEY: pack(mean=self.state_mean, std=self.state_std),
-            ACTION_KEY: pack(min=self.action_min, max=self.action_max),
+            LEROBOT_STATE: pack(mean=self.state_mean, std=self.state_std),
+            LEROBOT_ACTION: pack(min=self.action_min, max=self.action_max),
         }
 
     def save(self, path: str | Path) -> None:

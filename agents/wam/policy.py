@@ -9,19 +9,20 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from agents.wam.compile import compile_module
+from agents.wam.frames import model_frames
 from agents.wam.inference_config import InferenceConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
 from agents.wam.sampling import FlowSampler
-from agents.wam.compile import compile_module
+from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size, stack_rows, take_row
 
 logger = logging.getLogger(__name__)
 STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training statistics
@@ -36,23 +37,20 @@ class Prediction:
     actions: np.ndarray  # (B, action_horizon, action_dim) float32, in the env's units
     video: np.ndarray | None = None  # (B, 1 + num_future_frames, H, W * cameras, 3) uint8
     states: np.ndarray | None = None  # (B, action_horizon, state_dim): the state after each action (world model)
-    info: dict[str, Any] = field(default_factory=dict)
 
     def row(self, i: int) -> Prediction:
-        """Row ``i`` with its batch axis kept (a batch of one), e.g. to send one request's answer."""
-        def pick(x):
-            return None if x is None else x[i : i + 1]
-
-        return Prediction(self.actions[i : i + 1], pick(self.video), pick(self.states))
+        """Row ``i`` without its batch axis: one env's chunk, or one request's answer."""
+        return Prediction(**take_row(_fields(self), i))
 
     @staticmethod
     def stack(rows: Sequence[Prediction]) -> Prediction:
-        """Join batches (e.g. rows answered by different model calls) along the batch axis."""
-        def cat(name):
-            parts = [getattr(r, name) for r in rows]
-            return None if parts[0] is None else np.concatenate(parts)
+        """Rows (e.g. answered by different model calls) -> one batch."""
+        return Prediction(**stack_rows([_fields(r) for r in rows]))
 
-        return Prediction(cat("actions"), cat("video"), cat("states"))
+
+def _fields(prediction: Any) -> dict[str, Any]:
+    """The fields a Prediction carries, read off ``prediction`` (any object with those attributes)."""
+    return {f.name: getattr(prediction, f.name) for f in fields(Prediction)}
 
 
 class WAMPolicy:
@@ -67,13 +65,13 @@ class WAMPolicy:
         self.model = model.eval()
         self.config = config or InferenceConfig()
         self.normalizer = normalizer or Normalizer()
-        self.sampler = FlowSampler(self.config.sampler_config())
+        self.sampler = FlowSampler(self.config.sampler)
         self.generator = torch.Generator().manual_seed(self.config.seed)
         self.prompt_cache = PromptCache(model, prompt_cache_size)
-        compile_module(self.model, self.config.compile_config())
+        compile_module(self.model, self.config.compile)
         logger.info(
             "WAM policy: preset=%s sampler=%s steps=%d attention=%s video_mode=%s",
-            model.config.preset, self.config.sampler, self.config.num_inference_steps,
+            model.config.preset, self.config.sampler.name, self.config.sampler.num_inference_steps,
             model.attention_backend(), model.config.video_mode,
         )
 
@@ -106,19 +104,7 @@ class WAMPolicy:
                 f"observation lacks camera(s) {missing} (has {sorted(pixels)}); the model was trained on "
                 f"cameras={list(cfg.cameras)}: make the env with those cameras"
             )
-        views = []
-        for camera in cfg.cameras:
-            image = np.asarray(pixels[camera])
-            if image.dtype != np.uint8 or image.ndim != 4 or image.shape[0] != batch or image.shape[-1] != 3:
-                raise ValueError(
-                    f"pixels/{camera} is {image.dtype} {image.shape}; the contract is uint8 (B, H, W, 3) "
-                    f"with B={batch} (0-255 RGB, as wam_gym envs return)"
-                )
-            x = torch.from_numpy(image).to(self.model.device).permute(0, 3, 1, 2).float() / 127.5 - 1
-            if tuple(x.shape[-2:]) != tuple(cfg.image_size):
-                x = F.interpolate(x, size=tuple(cfg.image_size), mode="bilinear", antialias=True, align_corners=False)
-            views.append(x)
-        return torch.cat(views, dim=-1)[:, :, None]
+        return model_frames(pixels, cfg.cameras, cfg.image_size, batch, self.model.device)[:, :, None]
 
     def _state(self, state: Any, batch: int) -> torch.Tensor:
         state = np.asarray(state)
@@ -140,15 +126,15 @@ class WAMPolicy:
     # ----------------------------------------------------------------- call
     @torch.no_grad()
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Prediction:
-        """Action chunks for a batch of contract observations (``pixels``, ``state``, ``instruction``).
+        """Action chunks for a batch of contract observations (envs/protocol.py: one row per env).
 
         ``noise_seeds`` (one per row) make each row's sampling noise its own, so a row's
         prediction does not depend on which other rows share its batch (the broker's case).
         """
-        batch = np.asarray(obs["state"]).shape[0]
-        current = self.model.encode_video(self._frames(obs["pixels"], batch))
-        state = self._state(obs["state"], batch)
-        text = self.prompt_cache.encode(self._instructions(obs["instruction"], batch))
+        batch = _rows(obs)
+        current = self.model.encode_video(self._frames(obs[PIXELS], batch))
+        state = self._state(obs[STATE], batch)
+        text = self.prompt_cache.encode(self._instructions(obs[INSTRUCTION], batch))
         x0 = self.sample(current, state, text, noise_seeds)
         actions = self.normalizer.unnormalize_actions(x0["action"].cpu().numpy())
         video = None
@@ -223,6 +209,17 @@ class PromptCache:
         while len(self._cache) > self.size:
             self._cache.popitem(last=False)
         return torch.stack(rows)
+
+
+def _rows(obs: Mapping[str, Any]) -> int:
+    """The batch size of a model input; one env's observation is refused (stack_rows([obs]) batches it)."""
+    n = batch_size(obs)
+    if n is None:
+        raise ValueError(
+            f"state is {np.asarray(obs[STATE]).shape}: a model call takes a batch, state (B, state_dim); "
+            "batch one observation with envs.protocol.stack_rows([obs])"
+        )
+    return n
 
 
 def _to_uint8(frames: torch.Tensor) -> np.ndarray:

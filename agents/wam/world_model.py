@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.wam.policy import NonFiniteOutputError, Prediction, WAMPolicy, _to_uint8
+from agents.wam.policy import NonFiniteOutputError, Prediction, WAMPolicy, _rows, _to_uint8
+from envs.protocol import ACTION, INSTRUCTION, PIXELS, STATE
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +63,11 @@ class WorldModel(WAMPolicy):
         uint8 (frame 0 reconstructs the present) and, with a state head, ``states`` (B, T, S) in
         env units (else None).
         """
-        batch = np.asarray(obs["state"]).shape[0]
-        current = self.model.encode_video(self._frames(obs["pixels"], batch))
-        state = self._state(obs["state"], batch)
-        text = self.prompt_cache.encode(self._instructions(obs["instruction"], batch))
-        actions = self._actions(obs["action"], batch)
+        batch = _rows(obs)
+        current = self.model.encode_video(self._frames(obs[PIXELS], batch))
+        state = self._state(obs[STATE], batch)
+        text = self.prompt_cache.encode(self._instructions(obs[INSTRUCTION], batch))
+        actions = self._actions(obs[ACTION], batch)
         future = self.imagine(current, state, text, actions, noise_seeds)
         latents = torch.cat([current, future], dim=2)
         states = None

@@ -5,9 +5,9 @@ Sample ``(episode, t)``:
 * ``video``: float32 ``(3, 1 + num_future_frames, H, W * len(cameras))`` in [-1, 1], frames
   ``t, t + s, ..., t + num_future_frames * s`` (``s = frame_stride``; past the episode's end
   the last frame repeats), cameras side by side in the given order, each resized to
-  ``image_size`` with bilinear antialiasing when stored at another size. Pixels are mapped
-  ``x / 127.5 - 1`` and then resized, exactly as :class:`agents.wam.WAMPolicy` prepares an
-  observation at inference.
+  ``image_size`` with bilinear antialiasing when stored at another size: made by
+  :func:`agents.wam.frames.model_frames`, the same function :class:`agents.wam.WAMPolicy`
+  applies to observations at inference.
 * ``state``: float32 ``(S,)``; ``actions``: float32 ``(action_horizon, A)``, actions
   ``t .. t + action_horizon - 1`` (the last action repeats past the end, flagged in
   ``action_is_pad``). ``next_states``: float32 ``(action_horizon, S)``, the state after each
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from agents.wam.frames import model_frames
 from training.data.lerobot import LeRobotDataset
 
 
@@ -143,11 +143,6 @@ class ClipDataset(Dataset):
         """The clip's frames (3, 1 + num_future_frames, H, W * cameras) in [-1, 1] (see the module doc)."""
         length = int(self.dataset.episode_lengths[ep])
         frame_ids = np.minimum(t + self.frame_stride * np.arange(self.num_future_frames + 1), length - 1)
-        views = []
-        for cam in self.cameras:
-            frames = self.dataset.episode_frames(ep, cam)[frame_ids]  # (F, H, W, 3) uint8
-            x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 127.5 - 1
-            if tuple(x.shape[-2:]) != self.image_size:
-                x = F.interpolate(x, size=self.image_size, mode="bilinear", antialias=True, align_corners=False)
-            views.append(x)
-        return torch.cat(views, dim=-1).permute(1, 0, 2, 3).contiguous()  # (3, F, H, W * cams)
+        pixels = {cam: self.dataset.episode_frames(ep, cam)[frame_ids] for cam in self.cameras}  # (F, H, W, 3) uint8
+        frames = model_frames(pixels, self.cameras, self.image_size, len(frame_ids))  # (F, 3, H, W * cams)
+        return frames.permute(1, 0, 2, 3).contiguous()

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from agents import make_agent, run_episode
+from envs.protocol import PIXELS
 from wam_gym.eval.tasks import Job
 from wam_gym.results import EpisodeRecord, task_slug
 from wam_gym.utils.video import EpisodeVideo, future_panel, tile
@@ -50,89 +52,89 @@ class _Actor:
         self.actor_id, self.spec, self.client = actor_id, spec, client
         self.manager = os.getppid()
         self.envs: dict[str, Any] = {}
-        self.agent = self._make_agent()
-
-    def _make_agent(self):
-        if self.spec.agent == "wam":
-            from agents.wam.agent import WAMAgent
-
-            return WAMAgent(self.client, self.spec.action_horizon, self.spec.replan_steps)
-        if self.spec.agent == "expert":
-            from agents import MetaWorldExpertAgent
-
-            return MetaWorldExpertAgent()
-        return None  # random: made per episode, seeded by it
+        # One agent for every episode, but a random agent is made per episode, seeded by it.
+        self.agent = None if spec.agent == "random" else make_agent(
+            spec.agent, predictor=client, action_horizon=spec.action_horizon, replan_steps=spec.replan_steps
+        )
 
     def env(self, job: Job):
         if job.task.name not in self.envs:
-            import gymnasium
+            import envs
 
-            import envs.registry
-
-            envs.registry.register_envs()
-            self.envs[job.task.name] = gymnasium.make(job.task.env_id, **job.task.kwargs, **self.spec.env_kwargs)
+            self.envs[job.task.name] = envs.make(job.task.env_id, **job.task.kwargs, **self.spec.env_kwargs)
         return self.envs[job.task.name]
 
     def run(self, job: Job) -> EpisodeRecord:
         env = self.env(job)
         agent = self._episode_agent(env, job)
         start = time.perf_counter()
-        obs, info = env.reset(seed=job.seed, options=job.reset_options)
-        video = EpisodeVideo() if self.spec.save_video else None
-        limit = self.spec.max_episode_steps or env.spec.max_episode_steps or 10**9
-        steps, reward, success = 0, 0.0, False
-        since_plan = 0
-        while steps < limit:
-            if os.getppid() != self.manager:  # re-parented: the manager was killed
-                raise ManagerGone
-            calls = getattr(agent, "num_model_calls", 0)
-            action = agent.act(obs)
-            since_plan = 0 if getattr(agent, "num_model_calls", 0) != calls else since_plan + 1
-            if video is not None:
-                video.add(self._frame(obs, agent, since_plan))
-            obs, r, terminated, truncated, info = env.step(action)
-            steps, reward = steps + 1, reward + float(r)
-            success = success or bool(info.get("is_success", False))
-            if terminated or truncated:
-                break
+        video = _VideoRecorder(self.spec, agent) if self.spec.save_video else None
+        episode = run_episode(
+            env, agent, seed=job.seed, options=job.reset_options,
+            max_steps=self.spec.max_episode_steps or None,  # null or 0: the suite's limit
+            observe=self._stop_if_manager_gone, after_act=video,
+        )
         record = EpisodeRecord(
-            task=job.task.name, trial=job.trial, seed=job.seed, success=success, steps=steps, reward=reward,
-            init_state_id=info.get("init_state_id"), wall_time_s=time.perf_counter() - start, attempts=job.attempts,
+            task=job.task.name, trial=job.trial, seed=job.seed, success=episode.success, steps=episode.steps,
+            reward=episode.reward, init_state_id=episode.info.get("init_state_id"),
+            wall_time_s=time.perf_counter() - start, attempts=job.attempts,
         )
         if video is not None:
             relative = Path("videos") / task_slug(job.task.name) / f"{job.trial:05d}.mp4"
-            video.save(Path(self.spec.output_dir) / relative, fps=self.spec.video_fps)
+            video.frames.save(Path(self.spec.output_dir) / relative, fps=self.spec.video_fps)
             record.video = relative.as_posix()
         return record
 
+    def _stop_if_manager_gone(self, obs, info) -> None:
+        # Checked on every observation, so a dead manager costs no model call and no env step.
+        if os.getppid() != self.manager:  # re-parented: the manager was killed
+            raise ManagerGone
+
     def _episode_agent(self, env, job: Job):
         if self.agent is None:
-            from agents import RandomAgent
-
-            return RandomAgent(env.action_space, seed=job.seed)
-        self.agent.reset()
+            return make_agent("random", action_space=env.action_space, seed=job.seed)
         if self.spec.agent == "wam":
             self.agent.action_space = env.action_space
             self.client.begin_episode(job.seed)
         return self.agent
 
-    def _frame(self, obs, agent, since_plan: int) -> np.ndarray:
-        pixels = obs["pixels"]
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+
+
+class _VideoRecorder:
+    """An ``after_act`` hook: one frame per step, the cameras (and, with visualize_future_video,
+    the model's imagined future beside them, at the point of the chunk being executed)."""
+
+    def __init__(self, spec: ActorSpec, agent):
+        self.spec, self.agent = spec, agent
+        self.frames = EpisodeVideo()
+        self._calls = self._model_calls()
+        self._since_plan = 0  # steps since the chunk being executed was predicted
+
+    def _model_calls(self) -> int:
+        return getattr(self.agent, "num_model_calls", 0)
+
+    def __call__(self, obs, action) -> None:
+        calls = self._model_calls()
+        self._since_plan = 0 if calls != self._calls else self._since_plan + 1
+        self._calls = calls
+        self.frames.add(self._frame(obs))
+
+    def _frame(self, obs) -> np.ndarray:
+        pixels = obs[PIXELS]
         cams = [self.spec.video_camera] if self.spec.video_camera else list(pixels)
         frame = tile([pixels[c] for c in cams])
         if not self.spec.visualize_future_video:
             return frame
-        prediction = getattr(agent, "last_prediction", {}).get(0)
+        prediction = getattr(self.agent, "last_prediction", {}).get(0)
         future = None if prediction is None else prediction.video
         if future is not None:
             # Frame 0 reconstructs the present; frames 1.. span the action chunk.
-            offset = 1 + since_plan * (len(future) - 1) // max(1, agent.action_horizon)
+            offset = 1 + self._since_plan * (len(future) - 1) // max(1, self.agent.action_horizon)
             return future_panel(frame, future, offset)
         return future_panel(frame, None, 0)
-
-    def close(self) -> None:
-        for env in self.envs.values():
-            env.close()
 
 
 def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:

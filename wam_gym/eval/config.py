@@ -3,52 +3,74 @@
 Group and knob names are EasyWAM's: ``EVALUATION.*`` for one episode and one model call,
 ``MULTIRUN.*`` for processes, GPUs and batching. ``python -m wam_gym.eval --cfg job`` prints
 the composed config.
+
+The model-call knobs stay flat here, as users type them (``EVALUATION.num_inference_steps``,
+``EVALUATION.torch_compile_mode``, ...); their defaults come from the configs that own them
+(:class:`~agents.wam.inference_config.SamplerConfig`, :class:`~agents.wam.compile.CompileConfig`,
+:class:`~agents.wam.inference_config.InferenceConfig`), and :meth:`EvaluationConfig.inference`
+nests them through ``InferenceConfig.from_knobs``, the one place that maps the flat names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from agents.wam.inference_config import InferenceConfig
+from agents.wam.compile import CompileConfig
+from agents.wam.inference_config import KNOBS, InferenceConfig, SamplerConfig
 from wam_gym.broker import BrokerConfig
 
 AGENTS = ("wam", "expert", "random")
 
 
 @dataclass
-class EvaluationConfig(InferenceConfig):
-    """EVALUATION.*: one model call (the InferenceConfig fields: num_inference_steps, sampler,
-    shift, inference_cross_kv_reuse, visualize_future_video, torch_compile*, seed) and one episode."""
+class EvaluationConfig:
+    """EVALUATION.*: one model call (the flat inference knobs) and one episode."""
 
     agent: str = "wam"  # wam (needs ckpt) | expert (scripted) | random: baselines run the same way
-    num_trials: int = 10  # trial k uses seed + k
+    # one model call (InferenceConfig, see inference())
+    num_inference_steps: int = SamplerConfig.num_inference_steps  # denoising steps: model calls per chunk
+    sampler: str = SamplerConfig.name  # flow_euler | unipc | dpmpp | ddim
+    shift: float = SamplerConfig.shift  # flow shift; 1.0 = none, above 1 = more steps at high noise
+    inference_cross_kv_reuse: bool = InferenceConfig.inference_cross_kv_reuse  # text K/V once per call (same outputs)
+    visualize_future_video: bool = InferenceConfig.visualize_future_video  # decode the predicted future frames
+    torch_compile: bool = CompileConfig.enabled  # torch.compile the denoiser (first call compiles)
+    torch_compile_mode: str | None = CompileConfig.mode  # torch.compile mode; reduce-overhead may use CUDA graphs
+    torch_compile_backend: str = CompileConfig.backend  # torch.compile backend
+    torch_compile_fullgraph: bool = CompileConfig.fullgraph  # fail on graph breaks
+    torch_compile_dynamic: bool | None = CompileConfig.dynamic  # dynamic shapes; null: torch decides
+    torch_compile_options: dict[str, Any] = field(default_factory=dict)  # backend options ({}: none); replace the mode
+    seed: int = InferenceConfig.seed  # of the sampling noise, and trial k's env seed is seed + k
+    # one episode
+    num_trials: int = 10  # episodes per task; trial k uses seed + k
     max_episode_steps: int | None = None  # null: the suite's limit
     action_horizon: int | None = None  # null: the model's
     replan_steps: int | None = None  # null: action_horizon
     video_mode: str | None = None  # joint | action_only; null: the checkpoint's
     dataset_stats_path: str | None = None  # null: the checkpoint's dataset_stats.json
     # outputs
-    output_dir: str = "evaluate_results/${benchmark}/${now:%Y%m%d-%H%M%S}"
+    output_dir: str = "evaluate_results/${benchmark}/${now:%Y%m%d-%H%M%S}"  # results, videos, tensorboard
     eval_save_video: bool = False  # an mp4 per episode
     video_camera: str | None = None  # null: all cameras side by side
-    video_fps: int = 20
-    tensorboard: bool = True
+    video_fps: int = 20  # of the saved mp4s
+    tensorboard: bool = True  # success and cost scalars under output_dir/tensorboard
     max_attempts: int = 3  # tries per episode when workers die
 
     def __post_init__(self) -> None:
-        getattr(super(), "__post_init__", lambda: None)()
         try:  # checked here, not in a model worker after the model has loaded
-            self.sampler_config()
+            self.inference()
         except ValueError as exc:
             raise ValueError(f"EVALUATION: {exc}") from None
 
     def inference(self) -> InferenceConfig:
-        return InferenceConfig(**{f.name: getattr(self, f.name) for f in fields(InferenceConfig)})
+        """The model-call knobs, nested as the policy takes them."""
+        return InferenceConfig.from_knobs(**{name: getattr(self, name) for name in KNOBS})
 
 
 @dataclass
 class MultirunConfig(BrokerConfig):
+    """MULTIRUN.*: the broker's knobs (BrokerConfig) and the rollout actors."""
+
     env_num_per_worker: int = 2  # rollout actors (env processes) per model worker
     prompt_cache_size: int = 64  # prompt embeddings cached per model worker
     task_sets: list[str] | None = None  # null: the benchmark's default sets
@@ -56,8 +78,10 @@ class MultirunConfig(BrokerConfig):
 
 @dataclass
 class EvalConfig:
+    """The whole ``python -m wam_gym.eval`` config."""
+
     benchmark: str = "metaworld"  # names the default task sets and the output folder
     ckpt: str | None = None  # a checkpoint directory (EVALUATION.agent=wam)
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # extra gymnasium.make kwargs for every task
-    EVALUATION: EvaluationConfig = field(default_factory=EvaluationConfig)
-    MULTIRUN: MultirunConfig = field(default_factory=MultirunConfig)
+    EVALUATION: EvaluationConfig = field(default_factory=EvaluationConfig)  # one episode and one model call
+    MULTIRUN: MultirunConfig = field(default_factory=MultirunConfig)  # processes, GPUs and batching

@@ -1,0 +1,56 @@
+"""The one agent factory: an agent by name, for evaluation, collection and benchmarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium import spaces
+
+from agents.base import Agent
+
+AGENTS = ("wam", "expert", "random")
+EXPERT_SUITES = ("metaworld",)  # suites with scripted experts
+
+
+def make_agent(
+    kind: str,
+    *,
+    action_space: spaces.Box | None = None,
+    seed: int | None = None,
+    predictor: Any = None,
+    action_horizon: int | None = None,
+    replan_steps: int | None = None,
+) -> Agent:
+    """``wam``: chunks from ``predictor`` (a WAMPolicy, or a broker client standing in for one);
+    ``expert``: Meta-World's scripted policies; ``random``: uniform actions in ``action_space``
+    drawn from ``seed``. ``action_space`` also clips a WAM's actions when given."""
+    if kind == "wam":
+        if predictor is None:
+            raise ValueError("the wam agent needs a predictor (a WAMPolicy or a broker client)")
+        from agents.wam.agent import WAMAgent  # torch: only for WAM agents
+
+        return WAMAgent(predictor, action_horizon, replan_steps, action_space)
+    if kind == "expert":
+        from agents.scripted import MetaWorldExpertAgent
+
+        return MetaWorldExpertAgent()
+    if kind == "random":
+        if action_space is None:
+            raise ValueError("the random agent needs the env's action_space")
+        from agents.random import RandomAgent
+
+        return RandomAgent(action_space, seed=seed)
+    raise ValueError(f"unknown agent {kind!r}; choose one of {AGENTS}")
+
+
+def check_agent_fits_env(kind: str, env_id: str) -> None:
+    """Refuse, before any simulation, an agent that cannot act in ``env_id``."""
+    from envs.registry import suite_of
+
+    if kind not in AGENTS:
+        raise ValueError(f"unknown agent {kind!r}; choose one of {AGENTS}")
+    suite = suite_of(env_id)  # an unknown id fails here, with suggestions
+    if kind == "expert" and suite.name not in EXPERT_SUITES:
+        raise ValueError(
+            f"the expert agent covers Meta-World only (scripted policies); use --agent random for {env_id}"
+        )

@@ -1,0 +1,80 @@
+"""The observation/batch protocol: key names, and batches <-> rows. Numpy only.
+
+An observation is a dict: ``PIXELS`` (camera name -> uint8 image), ``STATE`` (float vector),
+``INSTRUCTION`` (text), optionally ``PRIVILEGED_STATE``; a world model's request adds
+``ACTION`` (the chunk to imagine). A *batch* holds the same keys with a leading env axis on
+every array and a sequence of strings for the instruction (a VectorEnv's layout); a *row* is
+one env's observation out of a batch. The same helpers cut and join model predictions, whose
+fields may be ``None`` (a model without a video or state head).
+
+It sits at the bottom of the stack so that envs, agents, training and wam_gym (the broker
+splits batches into requests and its model workers stack them back) share one definition.
+Tests keep literal key names on purpose: they pin the format that files and clients see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+# -- the env contract's observation keys (see envs/contract.py)
+PIXELS = "pixels"
+STATE = "state"
+INSTRUCTION = "instruction"
+PRIVILEGED_STATE = "privileged_state"  # full simulator state, for scripted experts
+ACTION = "action"  # a world model's request: the action chunk (B, n, A) to imagine
+IS_SUCCESS = "is_success"  # the ``info`` key every env sets on every step
+
+# -- LeRobot v3 feature names (datasets on disk, their meta/stats.json, checkpoint statistics)
+LEROBOT_STATE = "observation.state"
+LEROBOT_ACTION = "action"
+LEROBOT_IMAGE_PREFIX = "observation.images."  # + camera name
+
+
+def batch_size(obs: Mapping[str, Any]) -> int | None:
+    """Number of rows of a batch, or None for one env's observation (its state is a vector)."""
+    state = np.asarray(obs[STATE])
+    return state.shape[0] if state.ndim == 2 else None
+
+
+def take_row(batch: Mapping[str, Any], i: int) -> dict[str, Any]:
+    """Row ``i`` of a batch, without the batch axis."""
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, Mapping):
+            out[key] = take_row(value, i)
+        else:
+            out[key] = None if value is None else value[i]
+    return out
+
+
+def stack_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rows -> one batch (arrays stacked on a new first axis, strings gathered in a tuple)."""
+    out: dict[str, Any] = {}
+    for key, value in rows[0].items():
+        if isinstance(value, Mapping):
+            out[key] = stack_rows([r[key] for r in rows])
+        elif value is None:
+            out[key] = None
+        elif isinstance(value, str):
+            out[key] = tuple(r[key] for r in rows)
+        else:
+            out[key] = np.stack([np.asarray(r[key]) for r in rows])
+    return out
+
+
+def select_rows(batch: Mapping[str, Any], indices: Sequence[int]) -> dict[str, Any]:
+    """The sub-batch of the rows at ``indices``, in that order."""
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, Mapping):
+            out[key] = select_rows(value, indices)
+        elif value is None:
+            out[key] = None
+        elif isinstance(value, np.ndarray):
+            out[key] = value[list(indices)]
+        else:  # instructions: any sequence of strings (a tuple, or a vector env's shared-memory view)
+            out[key] = tuple(value[i] for i in indices)
+    return out

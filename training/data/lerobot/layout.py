@@ -1,0 +1,31 @@
+"""The layout of a LeRobot v3.0 dataset on disk (see the package doc): path templates, feature
+keys, the statistics' names, and the error a reader raises for a dataset it cannot use."""
+
+from __future__ import annotations
+
+from envs.protocol import LEROBOT_ACTION, LEROBOT_IMAGE_PREFIX, LEROBOT_STATE
+
+CODEBASE_VERSION = "v3.0"
+INFO_PATH = "meta/info.json"
+STATS_PATH = "meta/stats.json"
+TASKS_PATH = "meta/tasks.parquet"
+EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+# Feature keys: the observation/batch protocol's (envs/protocol.py), under the names the reader and writer use.
+IMAGE_PREFIX = LEROBOT_IMAGE_PREFIX
+STATE_KEY = LEROBOT_STATE
+ACTION_KEY = LEROBOT_ACTION
+INDEX_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+STAT_NAMES = ("min", "max", "mean", "std", "count")
+DEFAULT_CHUNKS_SIZE = 1000
+DEFAULT_EPISODES_PER_FILE = 50
+COLLECT_HINT = "python -m training.collect --env ENV_ID --output {root} --overwrite"
+
+
+class DatasetError(ValueError):
+    """A dataset on disk is missing, incomplete or in a format this reader does not support."""
+
+
+def video_key(camera: str) -> str:
+    return IMAGE_PREFIX + camera

@@ -1,0 +1,310 @@
+"""Read a LeRobot v3.0 dataset for training: :class:`LeRobotDataset`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from training.data.lerobot import video
+from training.data.lerobot.layout import (
+    ACTION_KEY,
+    CODEBASE_VERSION,
+    COLLECT_HINT,
+    IMAGE_PREFIX,
+    INDEX_KEYS,
+    INFO_PATH,
+    STATE_KEY,
+    STATS_PATH,
+    TASKS_PATH,
+    VIDEO_PATH,
+    DatasetError,
+    video_key,
+)
+from training.data.lerobot.tables import column_matrix, read_tasks
+
+log = logging.getLogger(__name__)
+
+
+class LeRobotDataset:
+    """Read a LeRobot v3.0 dataset (any writer's, as long as its videos are in mp4 files).
+
+    The tabular data of every episode is loaded at construction; video frames are decoded
+    per episode on request, seeking to the episode's span of its file, and the last
+    ``cache_episodes`` decoded (episode, camera) pairs are kept.
+    """
+
+    def __init__(self, root: str | os.PathLike, cache_episodes: int = 8, require_stats: bool = True):
+        self.root = Path(root).expanduser()
+        self.cache_episodes = int(cache_episodes)
+        self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
+        hint = COLLECT_HINT.format(root=self.root)
+        if not self.root.is_dir():
+            raise DatasetError(f"no dataset at {self.root}: the directory does not exist. Collect one with: {hint}")
+        info_path = self.root / INFO_PATH
+        if not info_path.is_file():
+            raise DatasetError(
+                f"{self.root} is not a LeRobot v3 dataset: {INFO_PATH} is missing (an interrupted collection "
+                f"writes it only once its first file is complete). Collect one with: {hint}"
+            )
+        try:
+            self._info = json.loads(info_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DatasetError(f"{info_path} is not valid JSON ({e}); re-collect the dataset with: {hint}") from e
+        version = self._info.get("codebase_version")
+        if version != CODEBASE_VERSION:
+            raise DatasetError(
+                f"{self.root}: unsupported codebase_version {version!r}; this reader supports {CODEBASE_VERSION!r} only "
+                "(LeRobot converts v2.1 datasets with python -m lerobot.datasets.v30.convert_dataset_v21_to_v30)"
+            )
+        missing = [k for k in ("fps", "features", "data_path", "total_episodes", "total_frames") if k not in self._info]
+        if missing:
+            raise DatasetError(f"{info_path} lacks {missing}; re-collect the dataset with: {hint}")
+        features = self._info["features"]
+        images = [k for k, f in features.items() if f.get("dtype") == "image"]
+        if images:
+            raise DatasetError(f"{self.root}: image features stored in parquet ({images}) are not supported; only video features")
+        self._cameras = tuple(
+            k[len(IMAGE_PREFIX) :] for k, f in features.items() if k.startswith(IMAGE_PREFIX) and f.get("dtype") == "video"
+        )
+        for key in (STATE_KEY, ACTION_KEY):
+            if key not in features:
+                raise DatasetError(f"{self.root}: features lack {key!r} (have {sorted(features)})")
+
+        tasks_path = self.root / TASKS_PATH
+        if not tasks_path.is_file():
+            raise DatasetError(f"{self.root}: {TASKS_PATH} is missing; re-collect the dataset with: {hint}")
+        self._tasks = read_tasks(tasks_path)
+        self._load_episodes(hint)
+        self._load_data(hint)
+        self._check_videos(hint)
+        self._stats: dict[str, dict[str, np.ndarray]] | None = None
+        stats_path = self.root / STATS_PATH
+        if stats_path.is_file():
+            raw = json.loads(stats_path.read_text())
+            self._stats = {f: {k: np.asarray(v) for k, v in st.items()} for f, st in raw.items()}
+        elif require_stats:
+            raise DatasetError(
+                f"{self.root}: {STATS_PATH} is missing; recompute it with: python -m training.collect --stats-only {self.root}"
+            )
+
+    # -- loading -----------------------------------------------------------------------------
+    def _load_episodes(self, hint: str) -> None:
+        files = sorted((self.root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+        if not files:
+            raise DatasetError(f"{self.root}: no episode metadata under meta/episodes/; re-collect the dataset with: {hint}")
+        tables = [pq.read_table(f) for f in files]
+        columns = set.intersection(*(set(t.column_names) for t in tables))
+        needed = ["episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
+        for cam in self._cameras:
+            key = video_key(cam)
+            needed += [f"videos/{key}/{n}" for n in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+        lacking = [c for c in needed if c not in columns]
+        if lacking:
+            raise DatasetError(f"{self.root}: episode metadata lacks columns {lacking}; re-collect the dataset with: {hint}")
+        meta: dict[str, np.ndarray] = {}
+        for col in needed:
+            meta[col] = np.concatenate([t.column(col).to_numpy() for t in tables])
+        tasks: list[list[str]] = []
+        for t in tables:
+            tasks += t.column("tasks").to_pylist() if "tasks" in t.column_names else [[] for _ in range(t.num_rows)]
+        order = np.argsort(meta["episode_index"], kind="stable")
+        meta = {k: v[order] for k, v in meta.items()}
+        self._episode_tasks = [tasks[i] for i in order]
+        n = int(self._info["total_episodes"])
+        if not np.array_equal(meta["episode_index"], np.arange(len(order))) or len(order) != n:
+            raise DatasetError(
+                f"{self.root}: episode metadata lists {len(order)} episodes, info.json {n} (indices must be 0..{n - 1}); "
+                f"the dataset is inconsistent, re-collect it with: {hint}"
+            )
+        self._meta = meta
+
+    def _data_path(self, chunk: int, file: int) -> Path:
+        return self.root / self._info["data_path"].format(chunk_index=int(chunk), file_index=int(file))
+
+    def _video_path(self, camera: str, ep: int) -> Path:
+        key = video_key(camera)
+        template = self._info.get("video_path") or VIDEO_PATH
+        chunk = int(self._meta[f"videos/{key}/chunk_index"][ep])
+        file = int(self._meta[f"videos/{key}/file_index"][ep])
+        return self.root / template.format(video_key=key, chunk_index=chunk, file_index=file)
+
+    def _load_data(self, hint: str) -> None:
+        pairs = list(dict.fromkeys(zip(self._meta["data/chunk_index"].tolist(), self._meta["data/file_index"].tolist())))
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("state", "action", *INDEX_KEYS)}
+        for chunk, file in pairs:
+            path = self._data_path(chunk, file)
+            if not path.is_file():
+                eps = np.flatnonzero((self._meta["data/chunk_index"] == chunk) & (self._meta["data/file_index"] == file))
+                raise DatasetError(
+                    f"{self.root}: data file {path.relative_to(self.root)} is missing (episodes {_span(eps)} need it); "
+                    f"the dataset is incomplete, re-collect it with: {hint}"
+                )
+            table = pq.read_table(path)
+            parts["state"].append(column_matrix(table, STATE_KEY))
+            parts["action"].append(column_matrix(table, ACTION_KEY))
+            for key in INDEX_KEYS:
+                parts[key].append(table.column(key).to_numpy())
+        data = {k: np.concatenate(v) for k, v in parts.items()}
+        order = np.argsort(data["index"], kind="stable")
+        data = {k: v[order] for k, v in data.items()}
+        total = int(self._info["total_frames"])
+        if not np.array_equal(data["index"], np.arange(total)):
+            raise DatasetError(
+                f"{self.root}: data files hold {len(order)} frames with index not 0..{total - 1} as info.json says; "
+                f"re-collect the dataset with: {hint}"
+            )
+        data["state"] = data["state"].astype(np.float32, copy=False)
+        data["action"] = data["action"].astype(np.float32, copy=False)
+        data["timestamp"] = data["timestamp"].astype(np.float32, copy=False)
+        self._data = data
+
+    def _check_videos(self, hint: str) -> None:
+        for cam in self._cameras:
+            seen: set[Path] = set()
+            for ep in range(self.num_episodes):
+                path = self._video_path(cam, ep)
+                if path in seen:
+                    continue
+                if not path.is_file():
+                    key = video_key(cam)
+                    same = (self._meta[f"videos/{key}/chunk_index"] == self._meta[f"videos/{key}/chunk_index"][ep]) & (
+                        self._meta[f"videos/{key}/file_index"] == self._meta[f"videos/{key}/file_index"][ep]
+                    )
+                    episodes = _span(np.flatnonzero(same))
+                    raise DatasetError(
+                        f"{self.root}: video file {path.relative_to(self.root)} is missing (episodes {episodes} need it); "
+                        f"the dataset is incomplete, re-collect it with: {hint}"
+                    )
+                seen.add(path)
+
+    # -- properties --------------------------------------------------------------------------
+    @property
+    def info(self) -> dict[str, Any]:
+        return self._info
+
+    @property
+    def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        if self._stats is None:
+            raise DatasetError(
+                f"{self.root}: {STATS_PATH} is missing; recompute it with: python -m training.collect --stats-only {self.root}"
+            )
+        return self._stats
+
+    @property
+    def stats_path(self) -> Path:
+        return self.root / STATS_PATH
+
+    @property
+    def fps(self) -> float:
+        return self._info["fps"]
+
+    @property
+    def cameras(self) -> tuple[str, ...]:
+        return self._cameras
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self._meta["episode_index"])
+
+    @property
+    def num_frames(self) -> int:
+        return len(self._data["index"])
+
+    @property
+    def episode_lengths(self) -> np.ndarray:
+        return self._meta["length"].astype(np.int64)
+
+    @property
+    def episode_starts(self) -> np.ndarray:
+        """Global index of every episode's first frame (``dataset_from_index``)."""
+        return self._meta["dataset_from_index"].astype(np.int64)
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self._tasks)
+
+    def image_shape(self, camera: str) -> tuple[int, int, int]:
+        """(H, W, 3) of a camera's stored frames."""
+        self._check_camera(camera)
+        shape = self._info["features"][video_key(camera)]["shape"]
+        if shape[-1] != 3 and shape[0] == 3:  # (C, H, W) as some LeRobot writers store it
+            shape = [*shape[1:], shape[0]]
+        return tuple(int(s) for s in shape)
+
+    # -- access ------------------------------------------------------------------------------
+    def _check_episode(self, ep: int) -> int:
+        ep = int(ep)
+        if not 0 <= ep < self.num_episodes:
+            raise IndexError(f"episode {ep} out of range: the dataset has {self.num_episodes} episodes")
+        return ep
+
+    def _check_camera(self, camera: str) -> None:
+        if camera not in self._cameras:
+            raise ValueError(f"camera {camera!r} is not in the dataset; it has {list(self._cameras)}")
+
+    def episode_table(self, ep: int) -> dict[str, np.ndarray]:
+        """state (T, S), action (T, A), task_index, frame_index, timestamp, index, episode_index."""
+        ep = self._check_episode(ep)
+        lo, hi = int(self._meta["dataset_from_index"][ep]), int(self._meta["dataset_to_index"][ep])
+        return {k: v[lo:hi] for k, v in self._data.items()}
+
+    def task_of(self, ep: int) -> str:
+        ep = self._check_episode(ep)
+        table = self.episode_table(ep)
+        if len(table["task_index"]):
+            return self._tasks[int(table["task_index"][0])]
+        return self._episode_tasks[ep][0]
+
+    def episode_frames(self, ep: int, camera: str) -> np.ndarray:
+        """The episode's frames of one camera, uint8 (T, H, W, 3), read-only (cached); decodes only its span."""
+        ep = self._check_episode(ep)
+        self._check_camera(camera)
+        key = (ep, camera)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        frames = self._decode(ep, camera)
+        frames.setflags(write=False)
+        if self.cache_episodes > 0:
+            self._cache[key] = frames
+            while len(self._cache) > self.cache_episodes:
+                self._cache.popitem(last=False)
+        return frames
+
+    def video_span(self, ep: int, camera: str) -> tuple[Path, int, int]:
+        """Where the episode's frames of one camera are: (mp4 file, its first frame there, frame count)."""
+        ep = self._check_episode(ep)
+        self._check_camera(camera)
+        start = int(round(float(self._meta[f"videos/{video_key(camera)}/from_timestamp"][ep]) * float(self.fps)))
+        return self._video_path(camera, ep), start, int(self._meta["length"][ep])
+
+    def _decode(self, ep: int, camera: str) -> np.ndarray:
+        path, start, length = self.video_span(ep, camera)
+        frames = video.read_span(path, start, length, float(self.fps))
+        if frames is None:  # seeking failed or came up short: decode the file from its start
+            log.warning("seeking in %s failed; decoding the whole file for episode %d", path, ep)
+            try:
+                frames = video.read_mp4(path)[start : start + length]
+            except (ValueError, FileNotFoundError) as e:
+                raise DatasetError(f"{path}: {e}; re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}") from e
+        if len(frames) != length:
+            raise DatasetError(
+                f"{path} holds {start + len(frames)} frames but episode {ep} needs frames {start}..{start + length - 1}; "
+                f"the video is truncated, re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}"
+            )
+        return frames
+
+
+def _span(indices: np.ndarray) -> str:
+    indices = [int(i) for i in indices]
+    if not indices:
+        return "none"
+    return str(indices[0]) if len(indices) == 1 else f"{indices[0]}-{indices[-1]}"
+
