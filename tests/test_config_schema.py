@@ -25,15 +25,22 @@ from wam_gym.eval.config import EvalConfig, EvaluationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = sorted(p.stem for p in (ROOT / "training" / "conf" / "task").glob("*.yaml"))
-COMMENTED = {  # module -> its config dataclasses (the ones --cfg job prints, or that users build)
-    "agents/wam/config.py": ["BackboneConfig", "ActionExpertConfig", "VAEConfig", "TextEncoderConfig", "MoTConfig"],
-    "agents/wam/inference_config.py": ["SamplerConfig", "InferenceConfig"],
-    "agents/wam/compile.py": ["CompileConfig"],
-    "agents/wam/lora.py": ["LoraSettings"],
-    "training/engine/config.py": ["EngineConfig"],
-    "training/config.py": ["DatasetConfig", "InfraConfig", "PrecomputeConfig", "TrainConfig"],
-    "wam_gym/eval/config.py": ["EvaluationConfig", "MultirunConfig", "EvalConfig"],
-}
+
+
+def _config_classes() -> dict[str, list[str]]:
+    """Every dataclass named *Config or *Settings in the four packages: module -> class names."""
+    found: dict[str, list[str]] = {}
+    for package in ("envs", "agents", "training", "wam_gym"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.parse(path.read_text()).body:
+                is_dataclass = isinstance(node, ast.ClassDef) and any(
+                    "dataclass" in ast.unparse(d) for d in node.decorator_list)
+                if is_dataclass and node.name.endswith(("Config", "Settings")):
+                    found.setdefault(str(path.relative_to(ROOT)), []).append(node.name)
+    return found
+
+
+COMMENTED = _config_classes()  # module -> its config dataclasses (what --cfg job prints, or users build)
 
 
 def train_config(*overrides: str) -> TrainConfig:
@@ -133,6 +140,22 @@ def test_engine_knobs_are_top_level_and_the_config_is_the_engine_config():
     assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["gradient_clipping"]) == (3, 2, 0.5)
     with pytest.raises(ValueError, match="lr_schedule"):
         train_config("lr_schedule=linear")
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["vae_micro_batch_size=2"], 2),
+    (["model.vae_micro_batch_size=3"], 3),  # once silently overwritten by the top-level default
+    (["vae_micro_batch_size=2", "model.vae_micro_batch_size=2"], 2),
+    ([], None),
+])
+def test_vae_micro_batch_size_has_one_owner(overrides, expected):
+    cfg = train_config("task=metaworld_tiny", *overrides)
+    assert cfg.model.vae_micro_batch_size == cfg.vae_micro_batch_size == expected
+
+
+def test_disagreeing_vae_micro_batch_sizes_are_refused():
+    with pytest.raises(ValueError, match="disagree: set one of them"):
+        train_config("task=metaworld_tiny", "vae_micro_batch_size=2", "model.vae_micro_batch_size=4")
 
 
 def test_infra_profiles_set_the_compile_group():

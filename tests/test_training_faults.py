@@ -38,12 +38,17 @@ def env() -> dict[str, str]:
 
 
 # python -m training, logging every micro-step's (micro_step, global_step, sample indices) to
-# $WAM_TEST_BATCH_LOG before it runs (flushed: a SIGKILL loses nothing logged).
+# $WAM_TEST_BATCH_LOG before it runs (flushed: a SIGKILL loses nothing logged). With
+# $WAM_TEST_HOLD_AT set it stops before that micro-step and waits to be killed, so a kill the
+# test times from outside always lands before the run could finish, however fast the machine.
 LOGGING_TRAIN = r"""
-import json, os, runpy, sys
+import json, os, runpy, sys, time
 from training import loop
 log, real = open(os.environ["WAM_TEST_BATCH_LOG"], "a"), loop._micro_step
+hold_at = int(os.environ.get("WAM_TEST_HOLD_AT", "-1"))
 def logged(cfg, engine, model, batch, *rest):
+    while rest[-1] == hold_at:
+        time.sleep(1)
     log.write(json.dumps({"pid": os.getpid(), "micro_step": rest[-1], "global_step": engine.global_step,
                           "index": batch["index"].tolist()}) + "\n")
     log.flush()
@@ -115,10 +120,12 @@ def test_sigkill_at_a_random_step_then_rerun_continues_exactly(small_dataset, un
     out, log_path = tmp_path / "run", tmp_path / "batches.jsonl"
     args = overrides(small_dataset, out, "max_steps=8", "save_every=2", "keep_checkpoints=10")
     rng = random.Random(4)
-    kill_at, delay = rng.randint(3, 5), rng.uniform(0.0, 0.2)  # once micro-step kill_at has begun, + a delay
-
+    # Killed once micro-step kill_at has begun, + a delay: at a random point of the next steps and
+    # their checkpoint saves, but before micro-step kill_at + 2, where the child holds.
+    kill_at, delay = rng.randint(3, 5), rng.uniform(0.0, 0.2)
     first = subprocess.Popen([sys.executable, "-c", LOGGING_TRAIN, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, env={**env(), "WAM_TEST_BATCH_LOG": str(log_path)})
+                             stderr=subprocess.DEVNULL, env={**env(), "WAM_TEST_BATCH_LOG": str(log_path),
+                                                             "WAM_TEST_HOLD_AT": str(kill_at + 2)})
     try:
         deadline = time.monotonic() + WAIT_S
         while first.poll() is None and len(batch_log(log_path)) <= kill_at and time.monotonic() < deadline:

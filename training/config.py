@@ -72,7 +72,7 @@ class TrainConfig(EngineConfig):
     action_weight: float = 1.0  # of the action loss
     world_model_prob: float = 0.0  # rows trained with clean actions, to predict what follows (world-model mode)
     state_weight: float = 1.0  # of the next-state loss (models with action_expert.predict_state)
-    vae_micro_batch_size: int | None = None  # sets model.vae_micro_batch_size (chunked VAE; null: whole batch)
+    vae_micro_batch_size: int | None = None  # EasyWAM's name for model.vae_micro_batch_size (chunked VAE; null: whole batch)
     seed: int = 0  # model init, data order, loss noise and augmentation
     # DataLoader (EasyWAM's defaults and meaning)
     num_workers: int = 8  # loader processes; 0 loads in the training process
@@ -93,9 +93,18 @@ class TrainConfig(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._own_vae_micro_batch_size()
         if not self.dataset.deterministic and (self.infra.latent_cache or self.video_latent_cache == "generate"):
             raise ValueError("dataset.deterministic=false (random augmentation) cannot use a static latent cache: "
                              "train with +infra=online or +infra=compile, or set dataset.deterministic=true")
+
+
+    def _own_vae_micro_batch_size(self) -> None:
+        """The model config owns the value; the top-level knob only spells it the way users know."""
+        top, model = self.vae_micro_batch_size, self.model.vae_micro_batch_size
+        if top is not None and model is not None and top != model:
+            raise ValueError(f"vae_micro_batch_size={top} and model.vae_micro_batch_size={model} disagree: set one of them")
+        self.model.vae_micro_batch_size = self.vae_micro_batch_size = top if top is not None else model
 
 
 def register_configs() -> None:

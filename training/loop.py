@@ -82,9 +82,8 @@ def build(cfg: TrainConfig, device: torch.device):
         raise ValueError("dataset.root is not set: collect demos with `python -m training.collect ...` and pass the folder")
     dataset = LeRobotDataset(cfg.dataset.root, cache_episodes=cfg.dataset.cache_episodes)
     model_cfg = cfg.model
-    model_cfg.vae_micro_batch_size = cfg.vae_micro_batch_size
     if cfg.init_from:
-        model = load_pretrained(cfg.init_from, vae_micro_batch_size=cfg.vae_micro_batch_size)
+        model = load_pretrained(cfg.init_from, vae_micro_batch_size=model_cfg.vae_micro_batch_size)
         fixed = ("cameras", "image_size", "action_horizon", "num_future_frames", "state_dim", "action_dim")
         ignored = [f for f in fixed if _as_list(getattr(model_cfg, f)) != _as_list(getattr(model.config, f))]
         if ignored:

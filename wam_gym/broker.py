@@ -54,13 +54,13 @@ class BrokerConfig:
     num_gpus: int = 0  # 0: CPU workers
     gpu_ids: list[int] | None = None  # null: the first num_gpus devices; else the first num_gpus of this pool
     workers_per_gpu: int = 1  # model copies per GPU (per machine on CPU), each its own process
-    inference_batch_size: int = 4
-    inference_batch_wait_ms: float = 10.0
+    inference_batch_size: int = 4  # most requests one model call takes
+    inference_batch_wait_ms: float = 10.0  # longest the oldest queued request waits for a fuller batch
     backend: str = "local"  # local processes, or ray actors
     ray_address: str | None = None  # null: a local Ray cluster on 127.0.0.1
     torch_threads_per_worker: int | None = None  # null: 1 on CPU workers (they share cores with envs), else torch's
-    max_worker_restarts: int = 3
-    startup_timeout_s: float = 600.0
+    max_worker_restarts: int = 3  # restarts of dead model workers before the run stops
+    startup_timeout_s: float = 600.0  # time for every model worker to load its model
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

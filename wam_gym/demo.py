@@ -31,18 +31,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class DemoConfig:
-    output: str = "outputs/demo"
-    tasks: list[str] = field(default_factory=lambda: list(TASK_SETS["metaworld_demo"]))
+    output: str = "outputs/demo"  # every stage writes under here; a rerun skips finished stages
+    tasks: list[str] = field(default_factory=lambda: list(TASK_SETS["metaworld_demo"]))  # env ids
     episodes: int = 12  # expert demos per task
-    image_size: int = 48
-    train_steps: int = 1500
-    batch_size: int = 32
+    image_size: int = 48  # pixels, square, for demos, training and evaluation
+    train_steps: int = 1500  # optimizer steps of the tiny WAM
+    batch_size: int = 32  # clips per training step
     trials: int = 10  # evaluation episodes per task and agent
     eval_seed: int = 1000  # demos use seeds 0.., evaluation unseen ones
-    max_episode_steps: int = 150
-    replan_steps: int = 8
-    inference_steps: int = 10
-    shift: float = 3.0
+    max_episode_steps: int = 150  # demos and evaluation stop here
+    replan_steps: int = 8  # actions executed from each predicted chunk
+    inference_steps: int = 10  # denoising steps per model call
+    shift: float = 3.0  # flow-matching timestep shift of the sampler
     actors: int = 2  # rollout actors per model worker
 
     @classmethod

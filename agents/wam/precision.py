@@ -34,10 +34,10 @@ def _check_mode(mode: str, name: str = "mode") -> None:
 class PrecisionConfig:
     """Precision mode of each model part; every field is one of :data:`MODES`."""
 
-    backbone: str = "fp32"
-    projectors: str = "fp32"
-    text_encoder: str = "fp32"
-    vae: str = "fp32"
+    backbone: str = "fp32"  # both experts' transformer blocks
+    projectors: str = "fp32"  # patch embedding, time/text projections and output heads
+    text_encoder: str = "fp32"  # the UMT5 instruction encoder
+    vae: str = "fp32"  # the VAE (the image encoder/decoder); bf16 here costs reconstruction PSNR
 
     def __post_init__(self) -> None:
         for name, mode in self.items():

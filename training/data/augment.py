@@ -25,8 +25,8 @@ class AugmentConfig:
 
     random_shift: int = 4  # pixels, per camera (at the model's image_size)
     brightness: float = 0.2  # factors drawn uniformly in [1 - x, 1 + x]
-    contrast: float = 0.2
-    saturation: float = 0.2
+    contrast: float = 0.2  # factors drawn uniformly in [1 - x, 1 + x]
+    saturation: float = 0.2  # factors drawn uniformly in [1 - x, 1 + x]
 
     def __post_init__(self) -> None:
         if int(self.random_shift) != self.random_shift or self.random_shift < 0:

@@ -20,8 +20,6 @@ from agents.wam.compile import CompileConfig
 from agents.wam.inference_config import KNOBS, InferenceConfig, SamplerConfig
 from wam_gym.broker import BrokerConfig
 
-AGENTS = ("wam", "expert", "random")
-
 
 @dataclass
 class EvaluationConfig:

@@ -26,9 +26,10 @@ from typing import Any
 import multiprocess
 import multiprocess.connection
 
+from agents.factory import AGENTS
 from wam_gym.broker import InferenceBroker
 from wam_gym.eval.actor import ActorSpec, actor_main
-from wam_gym.eval.config import AGENTS, EvalConfig
+from wam_gym.eval.config import EvalConfig
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, Job, plan, resolve_tasks
 from wam_gym.results import EPISODES_DIR, EpisodeRecord, ResultStore, format_table, log_tensorboard, summarize, write_summary
 
