@@ -26,17 +26,14 @@ Modules: ``layout`` (paths, keys, :class:`DatasetError`), ``reader`` (:class:`Le
 """
 
 from training.data.lerobot.layout import (
-    ACTION_KEY,
     CODEBASE_VERSION,
     DATA_PATH,
     DEFAULT_CHUNKS_SIZE,
     DEFAULT_EPISODES_PER_FILE,
     EPISODES_PATH,
-    IMAGE_PREFIX,
     INDEX_KEYS,
     INFO_PATH,
     STAT_NAMES,
-    STATE_KEY,
     STATS_PATH,
     TASKS_PATH,
     VIDEO_PATH,
@@ -48,16 +45,13 @@ from training.data.lerobot.stats import ImageStats, compute_stats, pool_stats, v
 from training.data.lerobot.writer import DatasetWriter
 
 __all__ = [
-    "ACTION_KEY",
     "CODEBASE_VERSION",
     "DATA_PATH",
     "DEFAULT_CHUNKS_SIZE",
     "DEFAULT_EPISODES_PER_FILE",
     "EPISODES_PATH",
-    "IMAGE_PREFIX",
     "INDEX_KEYS",
     "INFO_PATH",
-    "STATE_KEY",
     "STATS_PATH",
     "STAT_NAMES",
     "TASKS_PATH",

@@ -3,7 +3,7 @@ keys, the statistics' names, and the error a reader raises for a dataset it cann
 
 from __future__ import annotations
 
-from envs.protocol import LEROBOT_ACTION, LEROBOT_IMAGE_PREFIX, LEROBOT_STATE
+from envs.protocol import LEROBOT_IMAGE_PREFIX
 
 CODEBASE_VERSION = "v3.0"
 INFO_PATH = "meta/info.json"
@@ -12,10 +12,6 @@ TASKS_PATH = "meta/tasks.parquet"
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-# Feature keys: the observation/batch protocol's (envs/protocol.py), under the names the reader and writer use.
-IMAGE_PREFIX = LEROBOT_IMAGE_PREFIX
-STATE_KEY = LEROBOT_STATE
-ACTION_KEY = LEROBOT_ACTION
 INDEX_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 STAT_NAMES = ("min", "max", "mean", "std", "count")
 DEFAULT_CHUNKS_SIZE = 1000
@@ -28,4 +24,4 @@ class DatasetError(ValueError):
 
 
 def video_key(camera: str) -> str:
-    return IMAGE_PREFIX + camera
+    return LEROBOT_IMAGE_PREFIX + camera

@@ -12,15 +12,13 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from envs.protocol import LEROBOT_ACTION, LEROBOT_IMAGE_PREFIX, LEROBOT_STATE
 from training.data.lerobot import video
 from training.data.lerobot.layout import (
-    ACTION_KEY,
     CODEBASE_VERSION,
     COLLECT_HINT,
-    IMAGE_PREFIX,
     INDEX_KEYS,
     INFO_PATH,
-    STATE_KEY,
     STATS_PATH,
     TASKS_PATH,
     VIDEO_PATH,
@@ -70,10 +68,9 @@ class LeRobotDataset:
         images = [k for k, f in features.items() if f.get("dtype") == "image"]
         if images:
             raise DatasetError(f"{self.root}: image features stored in parquet ({images}) are not supported; only video features")
-        self._cameras = tuple(
-            k[len(IMAGE_PREFIX) :] for k, f in features.items() if k.startswith(IMAGE_PREFIX) and f.get("dtype") == "video"
-        )
-        for key in (STATE_KEY, ACTION_KEY):
+        videos = [k for k, f in features.items() if k.startswith(LEROBOT_IMAGE_PREFIX) and f.get("dtype") == "video"]
+        self._cameras = tuple(k[len(LEROBOT_IMAGE_PREFIX) :] for k in videos)
+        for key in (LEROBOT_STATE, LEROBOT_ACTION):
             if key not in features:
                 raise DatasetError(f"{self.root}: features lack {key!r} (have {sorted(features)})")
 
@@ -147,8 +144,8 @@ class LeRobotDataset:
                     f"the dataset is incomplete, re-collect it with: {hint}"
                 )
             table = pq.read_table(path)
-            parts["state"].append(column_matrix(table, STATE_KEY))
-            parts["action"].append(column_matrix(table, ACTION_KEY))
+            parts["state"].append(column_matrix(table, LEROBOT_STATE))
+            parts["action"].append(column_matrix(table, LEROBOT_ACTION))
             for key in INDEX_KEYS:
                 parts[key].append(table.column(key).to_numpy())
         data = {k: np.concatenate(v) for k, v in parts.items()}

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data.lerobot.layout import ACTION_KEY, COLLECT_HINT, INDEX_KEYS, STATE_KEY, STATS_PATH, DatasetError, video_key
+from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
+from training.data.lerobot.layout import (
+    COLLECT_HINT,
+    INDEX_KEYS,
+    STATS_PATH,
+    DatasetError,
+    video_key,
+)
 from training.data.lerobot.reader import LeRobotDataset
 from training.data.lerobot.video import frames_in_order
 from wam_gym.utils.publish import atomic_write_text
@@ -100,8 +107,8 @@ def pool_stats(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarra
 def table_stats(table: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
     """Statistics of one episode's non-image features."""
     return {
-        STATE_KEY: vector_stats(table["state"]),
-        ACTION_KEY: vector_stats(table["action"]),
+        LEROBOT_STATE: vector_stats(table["state"]),
+        LEROBOT_ACTION: vector_stats(table["action"]),
         **{k: vector_stats(table[k]) for k in INDEX_KEYS},
     }
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training.data.lerobot.layout import (
-    ACTION_KEY,
     CODEBASE_VERSION,
     DATA_PATH,
     DEFAULT_CHUNKS_SIZE,
@@ -27,7 +27,6 @@ from training.data.lerobot.layout import (
     EPISODES_PATH,
     INFO_PATH,
     STAT_NAMES,
-    STATE_KEY,
     STATS_PATH,
     TASKS_PATH,
     VIDEO_PATH,
@@ -282,8 +281,8 @@ class DatasetWriter:
         cat = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
         data = pa.table(
             {
-                STATE_KEY: fixed_list(cat["state"]),
-                ACTION_KEY: fixed_list(cat["action"]),
+                LEROBOT_STATE: fixed_list(cat["state"]),
+                LEROBOT_ACTION: fixed_list(cat["action"]),
                 "timestamp": pa.array(cat["timestamp"], pa.float32()),
                 "frame_index": pa.array(cat["frame_index"], pa.int64()),
                 "episode_index": pa.array(cat["episode_index"], pa.int64()),
@@ -335,8 +334,10 @@ class DatasetWriter:
                 },
             }
         s, a = self._state_dim, self._action_dim
-        features[STATE_KEY] = {"dtype": "float32", "shape": [s], "names": self.state_names or [f"state_{i}" for i in range(s)]}
-        features[ACTION_KEY] = {"dtype": "float32", "shape": [a], "names": self.action_names or [f"action_{i}" for i in range(a)]}
+        state_names = self.state_names or [f"state_{i}" for i in range(s)]
+        action_names = self.action_names or [f"action_{i}" for i in range(a)]
+        features[LEROBOT_STATE] = {"dtype": "float32", "shape": [s], "names": state_names}
+        features[LEROBOT_ACTION] = {"dtype": "float32", "shape": [a], "names": action_names}
         features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
         for key in ("frame_index", "episode_index", "index", "task_index"):
             features[key] = {"dtype": "int64", "shape": [1], "names": None}
