@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -188,6 +189,13 @@ class LeRobotDataset:
     @property
     def info(self) -> dict[str, Any]:
         return self._info
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this dataset this one, wherever it lies: its totals and a hash of its
+        ``meta/info.json`` (schema, fps, totals); a resume compares it (training.run_dir)."""
+        canonical = json.dumps(self._info, sort_keys=True, separators=(",", ":")).encode()
+        return {"total_episodes": int(self._info["total_episodes"]), "total_frames": int(self._info["total_frames"]),
+                "info_sha256": hashlib.sha256(canonical).hexdigest()[:16]}
 
     @property
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
