@@ -16,8 +16,9 @@ are those of wam_gym.utils.metrics:
 
 Videos with different frame counts are an error unless --truncate, which scores the common
 prefix. Every user error (missing, unreadable or empty video, frame-count mismatch, bad
---size, a --size too large to score in the available memory) prints one line to stderr and exits with status 2; the output file is then left as
-it was. The file is written atomically, so a reader never sees half of it.
+--size, a --size too large to score in the available memory) prints one line to stderr and
+exits with status 2; the output file is then left as it was. The file is written atomically,
+so a reader never sees half of it.
 """
 
 from __future__ import annotations

@@ -24,12 +24,12 @@ from agents.wam.inference_config import InferenceConfig
 from agents.wam.lora import add_lora
 from agents.wam.policy import STATS_FILE, WAMPolicy
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
+from training import run_dir
 from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint
 from training.config import TrainConfig
 from training.data.augment import AugmentedClips
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
-from training import run_dir
 from training.engine import checkpoint_dir, latest_checkpoint, make_engine
 from training.engine.checkpoint import staging_path
 from wam_gym.utils.publish import remove_dir
