@@ -295,6 +295,7 @@ loop.save_final(build_model(preset("tiny")), final, stats)
 """
 
 
+@pytest.mark.slow  # a SIGKILL fault-injection run: a fresh interpreter per kill
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_the_final_checkpoint_appears_with_its_stats_or_not_at_all(tmp_path, stats_file, when):
     final = tmp_path / "run" / "checkpoint"
