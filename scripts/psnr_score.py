@@ -16,8 +16,9 @@ are those of wam_gym.utils.metrics:
 
 Videos with different frame counts are an error unless --truncate, which scores the common
 prefix. Every user error (missing, unreadable or empty video, frame-count mismatch, bad
---size) prints one line to stderr and exits with status 2; the output file is then left as
-it was. The file is written atomically, so a reader never sees half of it.
+--size, a --size too large to score in the available memory) prints one line to stderr and
+exits with status 2; the output file is then left as it was. The file is written atomically,
+so a reader never sees half of it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ from wam_gym.utils.publish import atomic_write_text
 from wam_gym.utils.video import read_mp4
 
 PROG = "psnr_score.py"
+# float64 arrays of the scored size alive at once in SSIM (both inputs, their (T*C, 1, H, W)
+# copies, three products, five blurs, the map): the measured peak is about 22 (8x1024x1024).
+WORKING_COPIES = 24
+MEMORY_FRACTION = 0.8  # of the available memory a run may plan to use
 
 
 class ScoreError(Exception):
@@ -78,6 +83,38 @@ def _target_size(gt: np.ndarray, pred: np.ndarray, size: tuple[int, int] | None)
     return h, w
 
 
+def _available_memory() -> int | None:
+    """Bytes this process can still allocate: MemAvailable, capped by a cgroup v2 limit (containers)."""
+    found = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _check_memory(frames: int, size: tuple[int, int], native: tuple[int, int]) -> None:
+    """Refuse a --size whose scoring cannot fit in memory, before allocating it: it used to end
+    in a MemoryError traceback (or the OOM killer) minutes in."""
+    h, w = size
+    need = frames * h * w * 3 * 8 * WORKING_COPIES
+    available = _available_memory()
+    if available is not None and need > MEMORY_FRACTION * available:
+        raise ScoreError(
+            f"--size {h} {w} needs about {need / 2**30:.1f} GiB to score {frames} frames ({frames}x{h}x{w}x3 float64 values, "
+            f"{WORKING_COPIES} working copies for SSIM) but {available / 2**30:.1f} GiB is available: pass a smaller --size "
+            f"(the videos are {native[0]}x{native[1]}; leave --size out to score at that size)"
+        )
+
+
 def score_videos(
     gt_video: str | Path,
     pred_video: str | Path,
@@ -95,6 +132,7 @@ def score_videos(
     gt_frames, pred_frames = len(gt), len(pred)
     gt, pred = _match_lengths(gt, pred, truncate)
     h, w = _target_size(gt, pred, size)
+    _check_memory(len(gt), (h, w), _target_size(gt, pred, None))
     gt, pred = metrics.resize_video(gt, (h, w)), metrics.resize_video(pred, (h, w))
 
     frame_psnr = np.minimum(metrics.per_frame_psnr(gt, pred, data_range), metrics.PSNR_CAP_DB)

@@ -343,6 +343,50 @@ def call(target: str, *args, **kwargs) -> Callable[[Ctx], object]:
     return trigger
 
 
+def resume_mismatch(ctx: Ctx):
+    """A rerun into an output_dir whose train_config.json has batch_size=8, now with batch_size=4."""
+    import json
+
+    from training.config import TrainConfig
+    from training.run_dir import check_resume, describe
+
+    (ctx.tmp / "train_config.json").write_text(json.dumps(describe(TrainConfig(batch_size=8), None)))
+    check_resume(ctx.tmp, describe(TrainConfig(batch_size=4), None), allow_mismatch=False)
+
+
+def disk_full(ctx: Ctx):
+    """A step checkpoint written to a full disk (torch.save raising ENOSPC)."""
+    import errno
+
+    from training.engine import EngineConfig, TorchEngine
+    from training.loop import _checkpoint
+
+    engine = TorchEngine(torch.nn.Linear(2, 2), EngineConfig(), "cpu")
+    ctx.monkeypatch.setattr(torch, "save", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left")))
+    _checkpoint(engine, ctx.tmp / "run", {}, keep=2)
+
+
+def dataset_with_fps(video_rate: float | None = None, info_rate: float | None = None) -> Callable[[Ctx], object]:
+    """The shared dataset (20 fps) with meta/info.json's fps, or one camera's mp4, at another rate."""
+
+    def trigger(ctx: Ctx):
+        import json
+
+        from training.data import LeRobotDataset
+        from wam_gym.utils.video import read_mp4, write_mp4
+
+        root = Path(shutil.copytree(ctx.shared.dataset, ctx.tmp / "ds"))
+        if info_rate is not None:
+            info = json.loads((root / "meta/info.json").read_text())
+            (root / "meta/info.json").write_text(json.dumps({**info, "fps": info_rate}))
+        if video_rate is not None:
+            video = root / "videos/observation.images.wrist/chunk-000/file-000.mp4"
+            write_mp4(video, read_mp4(video), fps=video_rate)
+        LeRobotDataset(root)
+
+    return trigger
+
+
 # ----------------------------------------------------------------------------- the catalogue
 def cases() -> list[Case]:
     from agents.wam.attention import AttentionBackendError
@@ -354,6 +398,7 @@ def cases() -> list[Case]:
     from envs.rendering import GLBackendError
     from training.caches import CacheMismatchError
     from training.data import DatasetError
+    from training.run_dir import DiskFullError, ResumeMismatchError
     from wam_gym.broker import BrokerConfig, BrokerError
 
     f32 = np.float32
@@ -475,6 +520,24 @@ def cases() -> list[Case]:
              r"no such video: \S+v\.mp4; check the path.*EVALUATION\.eval_save_video=true"),
         Case("video-read-corrupt", read_video(b"not a video"), ValueError,
              r"unreadable video: \S+v\.mp4 \(\w+\); the file is not an mp4 or is truncated: record it again"),
+        # --- training and datasets: no silent wrong results (issue 15)
+        Case("train-save-every-zero", call("training.config:TrainConfig", save_every=0), ValueError,
+             r"^save_every=0 must be an integer >= 1: set save_every=500"),
+        Case("train-log-every-zero", call("training.config:TrainConfig", log_every=0), ValueError,
+             r"^log_every=0 must be an integer >= 1: set log_every=10"),
+        Case("train-keep-checkpoints-zero", call("training.config:TrainConfig", keep_checkpoints=0), ValueError,
+             r"^keep_checkpoints=0 must be an integer >= 1: set keep_checkpoints=2"),
+        Case("train-resume-mismatch", resume_mismatch, ResumeMismatchError,
+             r"holds checkpoints trained with other settings, batch_size=8 in train_config\.json, batch_size=4 now: "
+             r".*Use another output_dir, or resume=false to start over .*or allow_resume_mismatch=true"),
+        Case("train-disk-full", disk_full, DiskFullError,
+             r"^no space left on device writing \S+/checkpoints/step-00000000 .*: free space or set output_dir="),
+        Case("dataset-fps-mismatch", dataset_with_fps(info_rate=80), DatasetError,
+             r"meta/info\.json has fps=80 but features\['observation\.images\.corner'\]\.info\['video\.fps'\]=20; "
+             r"set fps in meta/info\.json to the rate the data was recorded at"),
+        Case("dataset-video-fps-mismatch", dataset_with_fps(video_rate=80), DatasetError,
+             r"video file videos/observation\.images\.wrist/chunk-000/file-000\.mp4 plays at 80 fps but "
+             r"meta/info\.json has fps=20; set fps in meta/info\.json"),
     ]
 
 

@@ -1,8 +1,11 @@
 """LeRobot v3.0 datasets: writer/reader round trip, layout, statistics, sparse decoding, clips."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -10,7 +13,7 @@ import torch.nn.functional as F
 
 import training.data.lerobot.video as lerobot_video
 from training.data import ClipDataset, DatasetError, DatasetWriter, LeRobotDataset, compute_stats
-from wam_gym.utils.video import read_mp4
+from wam_gym.utils.video import read_mp4, write_mp4
 
 FPS = 20
 CAMERAS = ("corner", "wrist")
@@ -310,6 +313,87 @@ def test_clear_errors(tmp_path):
         ds.episode_frames(0, "topview")
     with pytest.raises(IndexError):
         ds.episode_table(2)
+
+
+# ------------------------------------------------------------------------ fps and frames agree
+@pytest.fixture(scope="module")
+def timed_root(tmp_path_factory):
+    """Two episodes in one file per camera, recorded at FPS."""
+    root = tmp_path_factory.mktemp("timed") / "ds"
+    _write(root, (4, 5))
+    return root
+
+
+@pytest.fixture
+def timed_copy(timed_root, tmp_path):
+    return Path(shutil.copytree(timed_root, tmp_path / "ds"))
+
+
+def _edit_info(root, edit) -> None:
+    path = root / "meta/info.json"
+    info = json.loads(path.read_text())
+    edit(info)
+    path.write_text(json.dumps(info))
+
+
+def _set_fps(fps, features=False):
+    def edit(info):
+        info["fps"] = fps
+        for feature in info["features"].values():
+            if features and "info" in feature:
+                feature["info"]["video.fps"] = fps
+
+    return edit
+
+
+def test_fps_that_disagrees_with_the_video_features_is_refused(timed_copy):
+    _edit_info(timed_copy, _set_fps(80))
+    with pytest.raises(DatasetError, match=r"meta/info.json has fps=80 but features\['observation.images.corner'\]"
+                                           r".info\['video.fps'\]=20; set fps in meta/info.json to the rate"):
+        LeRobotDataset(timed_copy)
+
+
+def test_fps_that_disagrees_with_the_timestamps_is_refused(timed_copy):
+    _edit_info(timed_copy, _set_fps(80, features=True))  # consistent inside info.json, wrong for the data
+    with pytest.raises(DatasetError, match=r"episode 0 frame 1 has timestamp 0.0500 s but frame_index / fps = 0.0125 s "
+                                           r"with fps=80 from meta/info.json \(its timestamps step at 20 fps\)"):
+        LeRobotDataset(timed_copy)
+
+
+def test_an_episode_span_that_disagrees_with_its_length_is_refused(timed_copy):
+    path = timed_copy / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    column = "videos/observation.images.wrist/to_timestamp"
+    ends = table.column(column).to_pylist()
+    ends[1] += 3 / FPS  # episode 1 claims 3 frames more of the video than it has
+    pq.write_table(table.set_column(table.column_names.index(column), column, pa.array(ends)), path)
+    with pytest.raises(DatasetError, match=r"episode 1 has 5 frames but its videos/observation.images.wrist span "
+                                           r"\(to_timestamp - from_timestamp in meta/episodes\) lasts 0.4000 s, not 0.2500 s"):
+        LeRobotDataset(timed_copy)
+
+
+def test_a_video_at_another_rate_is_refused_naming_the_file(timed_copy):
+    video = timed_copy / "videos/observation.images.wrist/chunk-000/file-000.mp4"
+    write_mp4(video, read_mp4(video), fps=80)  # the same frames, re-encoded at 80 fps
+    with pytest.raises(DatasetError, match=r"video file videos/observation.images.wrist/chunk-000/file-000.mp4 plays at "
+                                           r"80 fps but meta/info.json has fps=20"):
+        LeRobotDataset(timed_copy)
+
+
+def test_a_video_with_other_frames_than_its_episodes_is_refused(timed_copy):
+    video = timed_copy / "videos/observation.images.corner/chunk-000/file-000.mp4"
+    write_mp4(video, read_mp4(video)[:6], fps=FPS)  # 9 frames cut to 6
+    with pytest.raises(DatasetError, match=r"file-000.mp4 holds about 6 frames \(0.3 s\) but its episodes end at frame 9 "
+                                           r"\(episode 1's to_timestamp x fps=20\)"):
+        LeRobotDataset(timed_copy)
+
+
+def test_each_video_header_is_read_once_per_open(timed_root, monkeypatch):
+    read = []
+    real = lerobot_video.header
+    monkeypatch.setattr(lerobot_video, "header", lambda path: read.append(path) or real(path))
+    LeRobotDataset(timed_root)
+    assert sorted(p.parent.parent.name for p in read) == ["observation.images.corner", "observation.images.wrist"]
 
 
 # ------------------------------------------------------------------------ clips

@@ -162,6 +162,26 @@ def test_bad_flags(extra, phrase, gt_path, tmp_path, capsys):
     assert phrase in capsys.readouterr().err and not out.exists()
 
 
+def test_a_size_that_cannot_fit_in_memory_is_refused_up_front(gt_path, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "result.json"
+    out.write_text("previous result\n")
+    monkeypatch.setattr(psnr_score, "_available_memory", lambda: 2**30)  # 1 GiB
+    resized = []
+    monkeypatch.setattr(psnr_score.metrics, "resize_video", lambda *a: resized.append(a) or a[0])
+    assert run_main("--gt_video", gt_path, "--pred_video", gt_path, "--output_file", out, "--size", 4000, 4000) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("psnr_score.py: error: --size 4000 4000 needs about 34.3 GiB to score 4 frames")
+    assert "1.0 GiB is available: pass a smaller --size (the videos are 64x64" in err
+    assert resized == [] and out.read_text() == "previous result\n"  # refused before any allocation
+
+
+def test_a_size_beyond_any_memory_is_refused(gt_path, tmp_path, capsys):
+    out = tmp_path / "result.json"
+    assert run_main("--gt_video", gt_path, "--pred_video", gt_path, "--output_file", out, "--size", 200000, 200000) == 2
+    assert "pass a smaller --size" in capsys.readouterr().err and not out.exists()
+
+
 def test_output_must_not_be_an_input_or_a_directory(gt_path, tmp_path, capsys):
     before = gt_path.read_bytes()
     assert run_main("--gt_video", gt_path, "--pred_video", gt_path, "--output_file", gt_path) == 2

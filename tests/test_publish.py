@@ -50,10 +50,15 @@ def test_published_files_follow_the_umask(tmp_path):
         atomic_write_text(tmp_path / "f", "x")
         with atomic_dir(tmp_path / "d") as staging:
             (staging / "w").write_text("x")
+            (staging / "sub").mkdir(mode=0o700)
+            (staging / "sub" / "private").write_text("x")
+            (staging / "sub" / "private").chmod(0o600)  # as safetensors writes its files
     finally:
         os.umask(old)
     assert (tmp_path / "f").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "d" / "sub").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "d" / "sub" / "private").stat().st_mode & 0o777 == 0o644
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "rename-aside"])

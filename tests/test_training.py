@@ -285,6 +285,62 @@ def test_sigkill_then_rerun_resumes_exactly(dataset, tmp_path):
     assert_same_weights(weights(out, 8), weights(reference, 8))
 
 
+def test_resume_with_other_settings_is_refused_and_never_overwrites_the_config(small_dataset, dataset, tmp_path, caplog):
+    out = tmp_path / "run"
+    run(overrides(small_dataset, out, "max_steps=2", "save_every=2"))
+    original = (out / "train_config.json").read_text()
+    assert json.loads(original)["dataset_identity"]["total_frames"] == 12
+    for change, named in (("batch_size=3", "batch_size=4 in train_config.json, batch_size=3 now"),
+                          ("lr=0.01", "lr=0.0003 in train_config.json, lr=0.01 now"),
+                          ("model.action_horizon=8", "model.action_horizon=16 in train_config.json"),
+                          ("seed=1", "seed=0 in train_config.json, seed=1 now"),
+                          (f"dataset.root={dataset}", f"meta/info.json total_episodes: 1 in train_config.json, 2 in {dataset}")):
+        with pytest.raises(ValueError, match=re.escape(named)) as info:
+            run(overrides(small_dataset, out, "max_steps=4", "save_every=2", change))
+        assert "allow_resume_mismatch=true" in str(info.value) and "resume=false" in str(info.value)
+    assert (out / "train_config.json").read_text() == original
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]  # nothing trained
+
+    # Allowed: it resumes, and the new settings go beside the original.
+    caplog.set_level(logging.INFO, logger="training.loop")
+    run(overrides(small_dataset, out, "max_steps=3", "save_every=2", "lr=0.01", "allow_resume_mismatch=true"))
+    assert [int(s) for s in STEP_RE.findall(caplog.text)] == [2]
+    assert (out / "train_config.json").read_text() == original
+    assert json.loads((out / "train_config.resumed-1.json").read_text())["lr"] == 0.01
+    # Bookkeeping knobs may change (training longer is a normal resume); compared with the newest record.
+    run(overrides(small_dataset, out, "max_steps=4", "save_every=4", "log_every=2", "lr=0.01"))
+    assert sorted(p.name for p in out.glob("train_config*.json")) == ["train_config.json", "train_config.resumed-1.json"]
+
+    # resume=false starts over: the old checkpoints go, the new run's settings are the record.
+    run(overrides(small_dataset, out, "max_steps=1", "save_every=1", "batch_size=3", "resume=false"))
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000001"]
+    assert sorted(p.name for p in out.glob("train_config*.json")) == ["train_config.json"]
+    assert json.loads((out / "train_config.json").read_text())["batch_size"] == 3
+
+
+def test_a_rerun_removes_what_killed_saves_left(trained, dataset, tmp_path):
+    out = Path(shutil.copytree(trained, tmp_path / "run"))
+    leftovers = ["checkpoints/.step-00000004.staging", "checkpoints/.deleting-step-00000001", ".checkpoint.staging-k1ll3d"]
+    for name in leftovers:
+        (out / name).mkdir()
+        (out / name / "model.safetensors").write_bytes(b"partial")
+    run(overrides(dataset, out, "max_steps=3", "save_every=2"))  # resumes at its last step: only the final save
+    assert no_hidden_leftovers(out) == []
+    assert (out / "checkpoint" / "dataset_stats.json").is_file()
+
+
+def test_a_run_writes_what_the_umask_allows(trained):
+    mask = os.umask(0)
+    os.umask(mask)
+    wrong = {}
+    for path in [trained, *trained.rglob("*")]:
+        mode, want = path.stat().st_mode & 0o777, (0o777 if path.is_dir() else 0o666) & ~mask
+        if mode != want:
+            wrong[str(path.relative_to(trained))] = oct(mode)
+    assert wrong == {}  # the final checkpoint was 0700 and its safetensors 0600
+    assert (trained / "checkpoint" / "dataset_stats.json").is_file()
+
+
 # ---------------------------------------------------------------------------------------------
 # 4. static caches (+infra=cache)
 

@@ -15,13 +15,14 @@ is :class:`~agents.wam.compile.CompileConfig`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from agents.wam.compile import CompileConfig
 from agents.wam.config import MoTConfig
 from agents.wam.lora import LoraSettings
 from training.data.augment import AugmentConfig
-from training.engine.config import EngineConfig
+from training.engine.config import EngineConfig, require_int
 
 
 @dataclass
@@ -85,7 +86,10 @@ class TrainConfig(EngineConfig):
     save_every: int = 500  # a resumable checkpoint every N optimizer steps (and at the end)
     keep_checkpoints: int = 2  # newest checkpoints kept under output_dir/checkpoints
     log_video_every: int = 0  # predicted frames to tensorboard every N steps (0: only at the end)
-    resume: bool = True  # continue from output_dir's latest checkpoint if there is one
+    resume: bool = True  # continue from output_dir's latest checkpoint if there is one; false: start over (deletes it)
+    # resume although result-changing settings (data, model, optimizer, seed) differ from the saved
+    # train_config.json; the new ones go to train_config.resumed-N.json (the original is never overwritten)
+    allow_resume_mismatch: bool = False
     # cache generation (scripts/video_cache.py)
     video_latent_cache: str | None = None  # generate: write the cache and exit
     video_latent_cache_fields: list[str] = field(default_factory=lambda: ["video", "text"])  # what to cache
@@ -94,10 +98,29 @@ class TrainConfig(EngineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._own_vae_micro_batch_size()
+        self._check_ranges()
         if not self.dataset.deterministic and (self.infra.latent_cache or self.video_latent_cache == "generate"):
             raise ValueError("dataset.deterministic=false (random augmentation) cannot use a static latent cache: "
                              "train with +infra=online or +infra=compile, or set dataset.deterministic=true")
 
+
+    def _check_ranges(self) -> None:
+        """Refuse out-of-range knobs now, with the fix, rather than as a crash (or a silent no-op) steps into a run."""
+        for name, low in (("save_every", 1), ("log_every", 1), ("keep_checkpoints", 1), ("log_video_every", 0),
+                          ("num_workers", 0), ("dataloader_prefetch_factor", 1), ("dataloader_worker_threads", 1),
+                          ("seed", 0)):
+            require_int(name, getattr(self, name), low, TrainConfig.__dataclass_fields__[name].default)
+        require_int("dataset.cache_episodes", self.dataset.cache_episodes, 0, DatasetConfig.cache_episodes)
+        for name in ("dataset.frame_stride", "vae_micro_batch_size"):
+            value = self.dataset.frame_stride if name == "dataset.frame_stride" else self.vae_micro_batch_size
+            if value is not None:
+                require_int(name, value, 1)
+        for name in ("video_dropout", "world_model_prob"):  # probabilities
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} is a probability: set {name}=<a number in [0, 1]>")
+        for name in ("action_weight", "state_weight"):  # loss weights; 0 turns a loss off
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name}={getattr(self, name)} must be a finite number >= 0 (0 turns that loss off)")
 
     def _own_vae_micro_batch_size(self) -> None:
         """The model config owns the value; the top-level knob only spells it the way users know."""

@@ -8,13 +8,11 @@ resumed run draws the same noise an uninterrupted one would.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import shutil
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -26,12 +24,14 @@ from agents.wam.inference_config import InferenceConfig
 from agents.wam.lora import add_lora
 from agents.wam.policy import STATS_FILE, WAMPolicy
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
+from training import run_dir
 from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint
 from training.config import TrainConfig
 from training.data.augment import AugmentedClips
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
 from training.engine import checkpoint_dir, latest_checkpoint, make_engine
+from training.engine.checkpoint import staging_path
 from wam_gym.utils.publish import remove_dir
 
 logger = logging.getLogger(__name__)
@@ -76,11 +76,19 @@ def make_loader(clips, cfg: TrainConfig, sampler: ResumableSampler, device: torc
     )
 
 
-def build(cfg: TrainConfig, device: torch.device):
-    """The model (fresh preset, Wan weights or a checkpoint), fitted to the dataset."""
+def open_dataset(cfg: TrainConfig) -> LeRobotDataset:
+    """The demos; a fresh model's config takes their state/action sizes (so the run config is final after this)."""
     if cfg.dataset.root is None:
         raise ValueError("dataset.root is not set: collect demos with `python -m training.collect ...` and pass the folder")
     dataset = LeRobotDataset(cfg.dataset.root, cache_episodes=cfg.dataset.cache_episodes)
+    if not cfg.init_from:
+        _fit_geometry(cfg.model, dataset)
+    return dataset
+
+
+def build(cfg: TrainConfig, device: torch.device, dataset: LeRobotDataset | None = None):
+    """The model (fresh preset, Wan weights or a checkpoint), fitted to the dataset."""
+    dataset = dataset if dataset is not None else open_dataset(cfg)
     model_cfg = cfg.model
     if cfg.init_from:
         model = load_pretrained(cfg.init_from, vae_micro_batch_size=model_cfg.vae_micro_batch_size)
@@ -89,7 +97,6 @@ def build(cfg: TrainConfig, device: torch.device):
         if ignored:
             logger.warning("init_from=%s fixes the model's %s; the recipe's values are ignored", cfg.init_from, ignored)
     else:
-        _fit_geometry(model_cfg, dataset)
         model = build_model(model_cfg)
     if cfg.lora.enabled:
         if not (cfg.init_from or model_cfg.pretrained_path):
@@ -134,7 +141,12 @@ def train(cfg: TrainConfig) -> Path:
     torch.manual_seed(cfg.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(cfg.output_dir)
-    model, dataset, clips = build(cfg, device)
+    dataset = open_dataset(cfg)
+    record = run_dir.describe(cfg, dataset.identity())
+    ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
+    # Refused before the model is built (minutes for Wan) and before anything is written.
+    mismatched = run_dir.check_resume(out, record, cfg.allow_resume_mismatch) if ckpt is not None else []
+    model, dataset, clips = build(cfg, device, dataset)
     if cfg.infra.compile.enabled:
         if os.environ.get("WAM_COMPILE_CACHE"):
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ["WAM_COMPILE_CACHE"])
@@ -146,14 +158,14 @@ def train(cfg: TrainConfig) -> Path:
     if len(sampler) < cfg.batch_size:
         raise ValueError(f"the dataset has {len(clips)} clips, fewer than batch_size={cfg.batch_size}")
     state = {"epoch": 0, "consumed": 0, "micro_step": 0}
-    ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
     if ckpt is not None:
         state = engine.load(ckpt)
         logger.info("resumed from %s (step %d)", ckpt, engine.global_step)
     sampler.epoch, sampler.start = state["epoch"], state["consumed"]
     loader = make_loader(AugmentedClips(clips, cfg.dataset.augment, cfg.seed) if augment else clips, cfg, sampler, device)
+    if engine.is_main_process:
+        _prepare_output_dir(cfg, out, record, resuming=ckpt is not None, mismatched=bool(mismatched))
     writer = _writer(out, engine)
-    _save_run_files(out, cfg, dataset, engine)
 
     from tqdm import tqdm
 
@@ -192,12 +204,28 @@ def train(cfg: TrainConfig) -> Path:
     if engine.is_main_process:
         batch = batch if batch is not None else next(iter(loader))  # a resumed, already finished run
         _log_prediction(writer, model, clips, batch, text_features, engine.global_step, device)
-        save_pretrained(engine.module, final)
-        shutil.copyfile(Path(dataset.root) / "meta" / "stats.json", final / STATS_FILE)
+        save_final(engine.module, final, dataset.stats_path)
         if writer:
             writer.close()
         logger.info("final checkpoint: %s (text features computed online: %d)", final, text_features.online)
     return final
+
+
+def _prepare_output_dir(cfg: TrainConfig, out: Path, record: dict, *, resuming: bool, mismatched: bool) -> None:
+    """Before the first step: drop what killed saves left, start over if asked, record the settings."""
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir.clean_leftovers(out)
+    if not cfg.resume:
+        run_dir.start_over(out)
+    with run_dir.disk_full_reported(out / run_dir.RUN_CONFIG, out):
+        run_dir.write_run_config(out, record, resuming=resuming, mismatched=mismatched)
+
+
+def save_final(module, final: Path, stats_path: Path) -> Path:
+    """The WAM eval loads, with the dataset's stats inside: both are published in one rename, so a
+    kill never leaves a checkpoint whose actions eval would not un-normalise."""
+    with run_dir.disk_full_reported(final, final.parent):
+        return save_pretrained(module, final, extra_files={STATS_FILE: stats_path})
 
 
 def _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, micro_step: int) -> dict[str, float]:
@@ -223,7 +251,13 @@ def _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, 
 
 def _checkpoint(engine, out: Path, state: dict, keep: int) -> None:
     root = out / "checkpoints"
-    engine.save(checkpoint_dir(root, engine.global_step), dict(state))
+    target = checkpoint_dir(root, engine.global_step)
+    try:
+        with run_dir.disk_full_reported(target, out):
+            engine.save(target, dict(state))
+    except run_dir.DiskFullError:
+        shutil.rmtree(staging_path(target), ignore_errors=True)  # its partial files hold the space the user must free
+        raise
     if engine.is_main_process:
         for old in sorted(root.glob("step-*"))[:-keep]:
             remove_dir(old)
@@ -276,9 +310,3 @@ def _inference_config(model) -> InferenceConfig:
     model (WAMPolicy refuses to change a compiled module's settings)."""
     compiled = compiled_config(model)
     return InferenceConfig() if compiled is None else InferenceConfig(compile=compiled)
-
-
-def _save_run_files(out: Path, cfg: TrainConfig, dataset, engine) -> None:
-    if engine.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2, default=str))

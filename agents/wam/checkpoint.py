@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +48,15 @@ class MissingCheckpointError(FileNotFoundError):
     """A checkpoint or pretrained directory is missing, or lacks files it needs."""
 
 
-def save_pretrained(model: MoTWAM, directory: str | Path) -> Path:
-    """Write ``model`` to ``directory`` atomically (a crash never leaves half a checkpoint)."""
+def save_pretrained(model: MoTWAM, directory: str | Path, extra_files: Mapping[str, str | Path] | None = None) -> Path:
+    """Write ``model`` to ``directory`` atomically (a crash never leaves half a checkpoint).
+
+    ``extra_files`` (name -> source file) are copied in before the publish, so the checkpoint
+    appears with them or not at all (training adds the dataset stats this way)."""
     target = Path(directory)
     with atomic_dir(target) as staging:
+        for name, source in (extra_files or {}).items():
+            shutil.copyfile(source, staging / name)
         for name in COMPONENTS:
             _save_component(getattr(model, name), staging / name)
         model.tokenizer.save_pretrained(str(staging / "tokenizer"))

@@ -47,12 +47,25 @@ class EngineConfig:
             raise ValueError(f"mixed_precision must be auto, bf16 or fp32, got {self.mixed_precision!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be constant or cosine, got {self.lr_schedule!r}")
-        if self.gradient_accumulation_steps < 1 or self.batch_size < 1:
-            raise ValueError("gradient_accumulation_steps and batch_size must be >= 1")
-        if self.warmup_steps < 0 or self.max_steps < 1:
-            raise ValueError("warmup_steps must be >= 0 and max_steps >= 1")
+        for name, low in (("batch_size", 1), ("gradient_accumulation_steps", 1), ("max_steps", 1), ("warmup_steps", 0)):
+            require_int(name, getattr(self, name), low, EngineConfig.__dataclass_fields__[name].default)
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr={self.lr} must be a positive finite number (the peak AdamW learning rate), e.g. lr=1e-4")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0 (0 turns it off)")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas={list(self.betas)} must each be in [0, 1), e.g. betas=[0.9,0.999]")
         if self.deepspeed in ("", "none", "None", "null"):
             self.deepspeed = None
+
+
+def require_int(name: str, value, low: int, example: int | None = None) -> None:
+    """``name`` must be an int >= ``low``: refused when the config is built, not steps into a run
+    (``save_every=0`` used to be a ZeroDivisionError after the model was built). ``example``: a
+    value to suggest (the knob's default)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        fix = example if isinstance(example, int) and example >= low else low
+        raise ValueError(f"{name}={value!r} must be an integer >= {low}: set {name}={fix} (or another integer >= {low})")
 
 
 def _bf16_supported(device: torch.device) -> bool:

@@ -86,7 +86,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 def publish_dir(staging: Path, final: Path) -> None:
     """Move the finished directory ``staging`` to ``final``, replacing any old one there."""
     _fsync_tree(staging)
-    staging.chmod(0o777 & ~_umask())
+    _chmod_tree_like_umask(staging)
     if final.exists() and _exchange(staging, final):
         shutil.rmtree(staging, ignore_errors=True)  # staging now holds the old directory
         fsync_dir(final.parent)
@@ -166,6 +166,18 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _chmod_tree_like_umask(directory: Path) -> None:
+    """mkdtemp makes the staging directory 0700 and some writers (safetensors) make their files
+    0600; a published tree gets what the user's umask gives, like any file they create."""
+    mask = _umask()
+    directory.chmod(0o777 & ~mask)
+    for path in directory.rglob("*"):
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        path.chmod((0o777 if path.is_dir() else 0o666 | (mode & 0o111)) & ~mask)
 
 
 def _chmod_like_umask(path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -81,6 +82,7 @@ class LeRobotDataset:
         self._load_episodes(hint)
         self._load_data(hint)
         self._check_videos(hint)
+        self._check_timing(hint)
         self._stats: dict[str, dict[str, np.ndarray]] | None = None
         stats_path = self.root / STATS_PATH
         if stats_path.is_file():
@@ -181,10 +183,90 @@ class LeRobotDataset:
                     )
                 seen.add(path)
 
+    def _check_timing(self, hint: str) -> None:
+        """fps is how frames are found (frame k of a file is at k / fps): one wrong rate trains
+        on shifted frames without a sound. So info.json's fps must agree with every video
+        feature's ``video.fps``, the episodes' timestamps and each mp4's own header."""
+        fps = float(self.fps)
+        fix = f"set fps in {INFO_PATH} to the rate the data was recorded at, or re-collect the dataset with: {hint}"
+        for cam in self._cameras:
+            key = video_key(cam)
+            declared = self._info["features"][key].get("info", {}).get("video.fps")
+            if declared is not None and not _same_rate(float(declared), fps):
+                raise DatasetError(f"{self.root}: {INFO_PATH} has fps={self.fps} but features['{key}'].info['video.fps']="
+                                   f"{declared}; {fix}")
+        self._check_data_timestamps(fps, fix)
+        self._check_video_spans(fps, fix)
+        self._check_video_headers(fps, fix)
+
+    def _check_data_timestamps(self, fps: float, fix: str) -> None:
+        """Each frame's ``timestamp`` is ``frame_index / fps`` (LeRobot's rule), to a quarter frame."""
+        ts, fi = self._data["timestamp"].astype(np.float64), self._data["frame_index"].astype(np.float64)
+        bad = np.flatnonzero(np.abs(ts - fi / fps) > 0.25 / fps)
+        if len(bad):
+            i = int(bad[0])
+            ep = int(self._data["episode_index"][i])
+            table = self.episode_table(ep)
+            rate = _rate(table["timestamp"])
+            raise DatasetError(f"{self.root}: episode {ep} frame {int(fi[i])} has timestamp {ts[i]:.4f} s but "
+                               f"frame_index / fps = {fi[i] / fps:.4f} s with fps={self.fps} from {INFO_PATH}"
+                               f"{f' (its timestamps step at {rate:g} fps)' if rate else ''}; {fix}")
+
+    def _check_video_spans(self, fps: float, fix: str) -> None:
+        """An episode's span of its video file lasts ``length / fps``, to half a frame."""
+        lengths = self._meta["length"].astype(np.float64)
+        for cam in self._cameras:
+            key = f"videos/{video_key(cam)}"
+            span = self._meta[f"{key}/to_timestamp"].astype(np.float64) - self._meta[f"{key}/from_timestamp"]
+            bad = np.flatnonzero(np.abs(span - lengths / fps) > 0.5 / fps)
+            if len(bad):
+                ep = int(bad[0])
+                raise DatasetError(f"{self.root}: episode {ep} has {int(lengths[ep])} frames but its {key} span "
+                                   f"(to_timestamp - from_timestamp in meta/episodes) lasts {span[ep]:.4f} s, not "
+                                   f"{lengths[ep] / fps:.4f} s at fps={self.fps} ({int(lengths[ep]) / span[ep]:g} fps); {fix}")
+
+    def _check_video_headers(self, fps: float, fix: str) -> None:
+        """Each mp4 (its header only, once per file) plays at fps and holds the frames its episodes
+        span, to ffmpeg's 10 ms precision of the duration."""
+        for cam in self._cameras:
+            key = f"videos/{video_key(cam)}"
+            needed: dict[Path, tuple[int, int]] = {}  # file -> (frames its episodes end at, one such episode)
+            for ep in range(self.num_episodes):
+                end = int(round(float(self._meta[f"{key}/to_timestamp"][ep]) * fps))
+                path = self._video_path(cam, ep)
+                if end >= needed.get(path, (-1, 0))[0]:
+                    needed[path] = (end, ep)
+            for path, (end, ep) in needed.items():
+                self._check_header(path, end, ep, fps, fix)
+
+    def _check_header(self, path: Path, end: int, ep: int, fps: float, fix: str) -> None:
+        rel = path.relative_to(self.root)
+        try:
+            head = video.header(path)
+        except Exception as e:  # imageio raises OSError/RuntimeError/ValueError depending on the file
+            raise DatasetError(f"{self.root}: video file {rel} is not a readable video ({type(e).__name__}); "
+                               f"re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}") from e
+        if head["fps"] and not _same_rate(head["fps"], fps):
+            raise DatasetError(f"{self.root}: video file {rel} plays at {head['fps']:g} fps but {INFO_PATH} has "
+                               f"fps={self.fps}; {fix}")
+        frames = head["duration"] * (head["fps"] or fps)
+        if head["duration"] and abs(frames - end) > 1 + 0.01 * fps:
+            raise DatasetError(f"{self.root}: video file {rel} holds about {frames:.0f} frames ({head['duration']:g} s) "
+                               f"but its episodes end at frame {end} (episode {ep}'s to_timestamp x fps={self.fps}); "
+                               f"the video and the metadata disagree, re-collect the dataset with: "
+                               f"{COLLECT_HINT.format(root=self.root)}")
+
     # -- properties --------------------------------------------------------------------------
     @property
     def info(self) -> dict[str, Any]:
         return self._info
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this dataset this one, wherever it lies: its totals and a hash of its
+        ``meta/info.json`` (schema, fps, totals); a resume compares it (training.run_dir)."""
+        canonical = json.dumps(self._info, sort_keys=True, separators=(",", ":")).encode()
+        return {"total_episodes": int(self._info["total_episodes"]), "total_frames": int(self._info["total_frames"]),
+                "info_sha256": hashlib.sha256(canonical).hexdigest()[:16]}
 
     @property
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
@@ -297,6 +379,17 @@ class LeRobotDataset:
                 f"the video is truncated, re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}"
             )
         return frames
+
+
+def _same_rate(a: float, b: float) -> bool:
+    """Equal frame rates, allowing for headers that print 29.97 for 30000/1001."""
+    return abs(a - b) <= 1e-3 * max(a, b)
+
+
+def _rate(timestamps: np.ndarray) -> float | None:
+    """The frame rate an episode's timestamps step at (None for a single frame)."""
+    steps = np.diff(timestamps.astype(np.float64))
+    return float(1.0 / np.median(steps)) if len(steps) and np.median(steps) > 0 else None
 
 
 def _span(indices: np.ndarray) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from wam_gym.utils.video import read_mp4, write_mp4
 
-__all__ = ["Mp4Stream", "frames_in_order", "read_mp4", "read_span"]
+__all__ = ["Mp4Stream", "frames_in_order", "header", "read_mp4", "read_span"]
 
 
 class Mp4Stream:
@@ -117,6 +117,17 @@ def read_span(path: Path, start: int, length: int, fps: float) -> np.ndarray | N
     if len(frames) != length:
         return None
     return np.stack(frames)
+
+
+def header(path: Path) -> dict[str, float]:
+    """``fps`` and ``duration`` (seconds; ffmpeg prints it to 10 ms) from a video's header, without
+    decoding frames; raises what imageio raises for an unreadable file."""
+    reader = imageio.get_reader(path, format="FFMPEG")
+    try:
+        meta = reader.get_meta_data()
+    finally:
+        reader.close()
+    return {"fps": float(meta.get("fps") or 0.0), "duration": float(meta.get("duration") or 0.0)}
 
 
 @contextmanager
