@@ -163,6 +163,12 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _umask() -> int:
+    """The process umask, read without changing it where Linux shows it (setting it to read it
+    would briefly give other threads' files mode 0666)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     mask = os.umask(0)
     os.umask(mask)
     return mask
