@@ -235,6 +235,21 @@ def drive(clients, calls: int) -> dict[int, list[float]]:
     return answers
 
 
+def ask_together(clients, rows: list[dict], seeds: list[int]) -> dict:
+    """Client i asks for rows[i] with noise seed seeds[i], each in its own thread, all at once."""
+    got: dict = {}
+
+    def ask(i):
+        got[i] = clients[i].predict(rows[i], [seeds[i]])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    return got
+
+
 @pytest.fixture
 def broker():
     with InferenceBroker(echo_policy, BrokerConfig(workers_per_gpu=1, inference_batch_size=4,
@@ -349,7 +364,8 @@ def test_ray_backend_serves_and_survives_a_killed_actor(tmp_path):
 
 
 def test_wam_answers_do_not_depend_on_batching(tmp_path):
-    """Per-row noise seeds: a request gives the same chunk alone or batched with others."""
+    """Per-row noise seeds: a request gives the same chunk alone or batched with others, to float
+    tolerance (bit for bit takes MULTIRUN.batch_invariant, tested below)."""
     import functools
 
     from agents.wam import InferenceConfig, WAMPolicy, build_model, preset, save_pretrained
@@ -365,17 +381,37 @@ def test_wam_answers_do_not_depend_on_batching(tmp_path):
     # No release by wait time: the batch goes out when all three requests are in, however slow they come.
     config = BrokerConfig(inference_batch_size=3, inference_batch_wait_ms=600_000)
     with InferenceBroker(factory, config) as broker:
-        clients = [broker.client(i) for i in range(3)]
-        got: dict[int, np.ndarray] = {}
-        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, clients[i].predict(rows[i], [10 + i]).actions))
-                   for i in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
+        got = ask_together([broker.client(i) for i in range(3)], rows, seeds=[10, 11, 12])
         assert list(broker.stats.batch_sizes) == [3]  # all three in one batch
     for i in range(3):
-        np.testing.assert_allclose(got[i], expected[i], atol=1e-5)
+        np.testing.assert_allclose(got[i].actions, expected[i], atol=1e-5)
+
+
+def test_batch_invariant_mode_gives_bit_identical_actions_whatever_the_batching(tiny_ckpt):
+    """MULTIRUN.batch_invariant=true: the same four requests answered in batches of 1, 2 and 4 give the
+    same actions and predicted video bit for bit (by default they differ in the last float bits: a
+    batched matmul sums in an order that depends on the batch size)."""
+    import functools
+
+    from agents.wam import InferenceConfig
+    from tests.test_wam_model import observation
+    from wam_gym.eval.manager import checkpoint_policy
+
+    factory = functools.partial(checkpoint_policy, str(tiny_ckpt), InferenceConfig.from_knobs(num_inference_steps=2),
+                                None, 64, {})
+    rows = [observation(batch=1, seed=s) for s in range(4)]
+    answers = {}
+    for size in (1, 2, 4):
+        # No release by wait time: batches go out only when full, however slowly the requests come.
+        config = BrokerConfig(inference_batch_size=size, inference_batch_wait_ms=600_000, batch_invariant=True)
+        with InferenceBroker(factory, config) as broker:
+            answers[size] = ask_together([broker.client(i) for i in range(4)], rows, seeds=[10, 11, 12, 13])
+            assert list(broker.stats.batch_sizes) == [size] * (4 // size)
+    for size in (2, 4):
+        for i in range(4):
+            np.testing.assert_array_equal(answers[size][i].actions, answers[1][i].actions)
+            if answers[1][i].video is not None:
+                np.testing.assert_array_equal(answers[size][i].video, answers[1][i].video)
 
 
 def test_prompt_cache_reuses_embeddings_and_evicts_least_recent():
