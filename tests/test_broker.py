@@ -363,6 +363,27 @@ def test_ray_backend_serves_and_survives_a_killed_actor(tmp_path):
         assert broker.pool.pid(killed) not in pids  # a new actor in its place
 
 
+@pytest.mark.slow  # a local Ray cluster
+def test_ray_backend_replaces_a_stalled_actor(tmp_path):
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    import sys
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
+    config = BrokerConfig(backend="ray", workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5,
+                          stall_floor_s=5, stall_first_batch_s=5)
+    with InferenceBroker(HeldEcho(tmp_path), config) as broker:
+        replies = count_replies(broker)
+        clients = [broker.client(i) for i in range(4)]
+        stopper = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGSTOP))
+        stopper.start()
+        answers = drive(clients, calls=8)
+        stopper.join()
+        assert answers == {i: [i * 100 + k for k in range(8)] for i in range(4)}
+        assert replies == {(i, k): 1 for i in range(4) for k in range(8)}
+        stats = broker.stats.summary()
+        assert (stats["stalled_workers"], stats["worker_restarts"], stats["resent_batches"]) == (1, 1, 1)
+
+
 def test_wam_answers_do_not_depend_on_batching(tmp_path):
     """Per-row noise seeds: a request gives the same chunk alone or batched with others, to float
     tolerance (bit for bit takes MULTIRUN.batch_invariant, tested below)."""
