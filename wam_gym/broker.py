@@ -168,14 +168,14 @@ class LocalWorkerPool:
         if code < 0:
             name = signal.Signals(-code).name
             return f"killed by {name}" + (" (the kernel's out-of-memory killer sends it too)" if name == "SIGKILL" else "")
-        return f"exited with code {code}"
+        return f"exited with code {code}; its error output above says why"
 
     def close(self) -> None:
         for i, process in enumerate(self.processes):
             if process is not None and process.is_alive():
                 self.inboxes[i].put(None)
         for i, process in enumerate(self.processes):
-            if process is not None:
+            if process is not None and process.pid is not None:  # None: its start failed (a start-up error)
                 process.join(timeout=10)
                 if process.is_alive():
                     process.kill()
