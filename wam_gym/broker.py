@@ -249,8 +249,9 @@ class BrokerClient:
     Holds the actor's own request pipe and reply queue; pass it to the process that uses it
     as a ``Process`` argument, then call :meth:`close` in the parent (the broker then sees
     EOF, not a half message, if that process is killed while sending). Noise seeds derive
-    from the episode seed and the call count, so an episode's actions do not depend on which
-    requests its calls were batched with.
+    from the episode seed and the call count, so an episode's noise does not depend on which
+    requests its calls were batched with (its actions do only in the last float bits, unless
+    ``batch_invariant`` is set).
     """
 
     def __init__(self, actor_id: int, requests, replies, action_horizon: int):
