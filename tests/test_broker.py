@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,56 @@ class HeldEcho(EchoPolicy):
             while not (self.directory / "release").exists():
                 time.sleep(0.01)
         return super().predict(obs, noise_seeds)
+
+
+class HeldLoad:
+    """A stand-in factory whose first ``holds`` model loads hang until the test kills them (or the
+    broker exits): each writes its pid to ``<directory>/loading.<n>`` (n = 0, 1, ...) and waits; later
+    loads build an Echo at once. For one worker: the loads never race for a number."""
+
+    def __init__(self, directory: Path, holds: int):
+        self.directory, self.holds = Path(directory), holds
+
+    def __call__(self, device: str) -> Echo:
+        for n in range(self.holds):
+            try:
+                fd = os.open(self.directory / f"loading.{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                continue  # an earlier load held (and was killed) here
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            broker = os.getppid()
+            while os.getppid() == broker:
+                time.sleep(0.01)
+            os._exit(1)
+        return Echo(delay_s=0.0)
+
+
+def kill_loads(directory: Path, count: int) -> threading.Thread:
+    """A thread that SIGKILLs each of HeldLoad's first ``count`` hanging loads as soon as it hangs."""
+
+    def run():
+        for n in range(count):
+            path = Path(directory) / f"loading.{n}"
+            wait_for(lambda path=path: path.exists() and path.read_text() != "", f"model load {n} to hang")
+            os.kill(int(path.read_text()), signal.SIGKILL)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def count_replies(broker: InferenceBroker) -> Counter:
+    """(actor, request id) -> how many answers the broker sent for it, from now on."""
+    counts: Counter = Counter()
+    reply = broker._reply
+
+    def counting(actor_id, message):
+        counts[actor_id, message[0]] += 1
+        reply(actor_id, message)
+
+    broker._reply = counting
+    return counts
 
 
 def wait_for(condition, what: str, timeout: float = 120.0) -> None:
@@ -184,6 +235,21 @@ def drive(clients, calls: int) -> dict[int, list[float]]:
     return answers
 
 
+def ask_together(clients, rows: list[dict], seeds: list[int]) -> dict:
+    """Client i asks for rows[i] with noise seed seeds[i], each in its own thread, all at once."""
+    got: dict = {}
+
+    def ask(i):
+        got[i] = clients[i].predict(rows[i], [seeds[i]])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    return got
+
+
 @pytest.fixture
 def broker():
     with InferenceBroker(echo_policy, BrokerConfig(workers_per_gpu=1, inference_batch_size=4,
@@ -232,6 +298,46 @@ def test_killed_model_worker_is_restarted_and_nothing_is_lost(tmp_path):
         assert (broker.stats.worker_restarts, broker.stats.resent_batches) == (1, 1)
 
 
+def test_stalled_model_worker_is_killed_restarted_and_its_batch_resent(tmp_path, caplog):
+    """SIGSTOP of a worker holding a batch stands in for a hung GPU or driver: it never answers. The
+    watchdog SIGKILLs it once the batch is older than the bound (the floor here: too few model times
+    for a p95 yet), restarts it and resends the batch; every request is answered exactly once."""
+    import psutil
+
+    config = BrokerConfig(workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5,
+                          stall_floor_s=5, stall_first_batch_s=5)  # the held batch is its worker's first
+    with InferenceBroker(HeldEcho(tmp_path), config) as broker:
+        replies = count_replies(broker)
+        clients = [broker.client(i) for i in range(4)]
+        stopper = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGSTOP))
+        stopper.start()
+        answers = drive(clients, calls=10)
+        stopper.join()
+        assert answers == {i: [i * 100 + k for k in range(10)] for i in range(4)}
+        assert replies == {(i, k): 1 for i in range(4) for k in range(10)}
+        stats = broker.stats.summary()
+        assert (stats["stalled_workers"], stats["worker_restarts"], stats["resent_batches"]) == (1, 1, 1)
+        assert not psutil.pid_exists(held_pid(tmp_path))  # killed and reaped, though stopped
+    stalls = [r for r in caplog.records if r.name == "wam_gym.broker" and "stalled" in r.getMessage()]
+    assert len(stalls) == 1 and stalls[0].levelname == "WARNING" and "\n" not in stalls[0].getMessage()
+
+
+def test_a_worker_killed_while_loading_is_restarted(tmp_path):
+    killer = kill_loads(tmp_path, 1)
+    with InferenceBroker(HeldLoad(tmp_path, holds=1), BrokerConfig(max_worker_restarts=1)) as broker:
+        killer.join()
+        assert broker.stats.worker_restarts == 1
+        assert broker.client(0).predict(obs(7)).actions[0, 0, 0] == 7
+
+
+def test_a_worker_killed_at_every_load_fails_the_start_naming_the_signal(tmp_path):
+    killer = kill_loads(tmp_path, 2)
+    with pytest.raises(BrokerError, match=r"model worker 0 died while loading its model \(killed by SIGKILL.*"
+                                          r"restarted 1 time\(s\) already \(MULTIRUN.max_worker_restarts=1\)"):
+        InferenceBroker(HeldLoad(tmp_path, holds=2), BrokerConfig(max_worker_restarts=1)).start()
+    killer.join()
+
+
 def test_a_model_that_cannot_load_fails_at_start_with_its_error():
     with pytest.raises(BrokerError, match="no checkpoint at /nowhere"):
         InferenceBroker(failing_policy, BrokerConfig()).start()
@@ -257,8 +363,30 @@ def test_ray_backend_serves_and_survives_a_killed_actor(tmp_path):
         assert broker.pool.pid(killed) not in pids  # a new actor in its place
 
 
+@pytest.mark.slow  # a local Ray cluster
+def test_ray_backend_replaces_a_stalled_actor(tmp_path):
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    import sys
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
+    config = BrokerConfig(backend="ray", workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5,
+                          stall_floor_s=5, stall_first_batch_s=5)
+    with InferenceBroker(HeldEcho(tmp_path), config) as broker:
+        replies = count_replies(broker)
+        clients = [broker.client(i) for i in range(4)]
+        stopper = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGSTOP))
+        stopper.start()
+        answers = drive(clients, calls=8)
+        stopper.join()
+        assert answers == {i: [i * 100 + k for k in range(8)] for i in range(4)}
+        assert replies == {(i, k): 1 for i in range(4) for k in range(8)}
+        stats = broker.stats.summary()
+        assert (stats["stalled_workers"], stats["worker_restarts"], stats["resent_batches"]) == (1, 1, 1)
+
+
 def test_wam_answers_do_not_depend_on_batching(tmp_path):
-    """Per-row noise seeds: a request gives the same chunk alone or batched with others."""
+    """Per-row noise seeds: a request gives the same chunk alone or batched with others, to float
+    tolerance (bit for bit takes MULTIRUN.batch_invariant, tested below)."""
     import functools
 
     from agents.wam import InferenceConfig, WAMPolicy, build_model, preset, save_pretrained
@@ -274,17 +402,37 @@ def test_wam_answers_do_not_depend_on_batching(tmp_path):
     # No release by wait time: the batch goes out when all three requests are in, however slow they come.
     config = BrokerConfig(inference_batch_size=3, inference_batch_wait_ms=600_000)
     with InferenceBroker(factory, config) as broker:
-        clients = [broker.client(i) for i in range(3)]
-        got: dict[int, np.ndarray] = {}
-        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, clients[i].predict(rows[i], [10 + i]).actions))
-                   for i in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
+        got = ask_together([broker.client(i) for i in range(3)], rows, seeds=[10, 11, 12])
         assert list(broker.stats.batch_sizes) == [3]  # all three in one batch
     for i in range(3):
-        np.testing.assert_allclose(got[i], expected[i], atol=1e-5)
+        np.testing.assert_allclose(got[i].actions, expected[i], atol=1e-5)
+
+
+def test_batch_invariant_mode_gives_bit_identical_actions_whatever_the_batching(tiny_ckpt):
+    """MULTIRUN.batch_invariant=true: the same four requests answered in batches of 1, 2 and 4 give the
+    same actions and predicted video bit for bit (by default they differ in the last float bits: a
+    batched matmul sums in an order that depends on the batch size)."""
+    import functools
+
+    from agents.wam import InferenceConfig
+    from tests.test_wam_model import observation
+    from wam_gym.eval.manager import checkpoint_policy
+
+    factory = functools.partial(checkpoint_policy, str(tiny_ckpt), InferenceConfig.from_knobs(num_inference_steps=2),
+                                None, 64, {})
+    rows = [observation(batch=1, seed=s) for s in range(4)]
+    answers = {}
+    for size in (1, 2, 4):
+        # No release by wait time: batches go out only when full, however slowly the requests come.
+        config = BrokerConfig(inference_batch_size=size, inference_batch_wait_ms=600_000, batch_invariant=True)
+        with InferenceBroker(factory, config) as broker:
+            answers[size] = ask_together([broker.client(i) for i in range(4)], rows, seeds=[10, 11, 12, 13])
+            assert list(broker.stats.batch_sizes) == [size] * (4 // size)
+    for size in (2, 4):
+        for i in range(4):
+            np.testing.assert_array_equal(answers[size][i].actions, answers[1][i].actions)
+            if answers[1][i].video is not None:
+                np.testing.assert_array_equal(answers[size][i].video, answers[1][i].video)
 
 
 def test_prompt_cache_reuses_embeddings_and_evicts_least_recent():

@@ -198,17 +198,20 @@ def faults(monkeypatch):
     return set_faults
 
 
-def kill_held_actors(holds: dict[tuple[str, int], Path]):
-    """An on_started hook: a thread that SIGKILLs, from outside, each actor that holds (the ``hold``
-    fault) in one of ``holds``' episodes, as soon as it holds. ``hook.killed`` lists the episodes."""
+def kill_held_actors(holds: dict[tuple[str, int], Path], sig: int = signal.SIGKILL):
+    """An on_started hook: a thread that SIGKILLs (or sends ``sig``), from outside, each actor that holds
+    (the ``hold`` fault) in one of ``holds``' episodes, as soon as it holds. ``hook.killed`` lists the
+    episodes, ``hook.pool`` is the run's ActorPool."""
 
     def hook(manager, actors, broker):
+        hook.pool = actors
+
         def watch():
             waiting = dict(holds)
             while waiting and wait_until(lambda: any(path.exists() for path in waiting.values())):
                 for key, path in list(waiting.items()):
                     if path.exists():
-                        os.kill(int(path.read_text()), signal.SIGKILL)
+                        os.kill(int(path.read_text()), sig)
                         hook.killed.append(key)
                         del waiting[key]
 
@@ -261,6 +264,26 @@ def test_actors_killed_at_random_points_change_nothing(tmp_path, reference, faul
     recs = assert_same_episodes(out, reference, summary)
     for key in [mid_send, *killed_in]:  # its actor died before the record arrived whole: the episode ran again
         assert recs[key]["attempts"] >= 2, key
+
+
+def test_stalled_actor_is_killed_and_its_episode_retried(tmp_path, reference, faults, caplog):
+    """An actor SIGSTOPped before a random env step (a hung simulator or GL driver: it never sends
+    again) is killed once it has shown no progress for EVALUATION.actor_stall_s; its episode runs again
+    on a fresh actor, as attempt 2, never as a policy failure, and the run matches the uninterrupted one."""
+    out = tmp_path / "out"
+    rng = random.Random(4)
+    key, path = rng.choice(sorted(planned())), tmp_path / "hold.pid"
+    faults(hold=[[*key, rng.randint(0, reference[key]["steps"] - 1), str(path)]])
+    hook = kill_held_actors({key: path}, signal.SIGSTOP)
+
+    # 15 s: far above any step or env build here, so only the stopped actor can be judged stalled.
+    summary = run(random_config(out, max_attempts=2, actor_stall_s=15), hook)
+
+    assert hook.killed == [key] and hook.pool.stalled == 1
+    recs = assert_same_episodes(out, reference, summary)
+    assert {k: r["attempts"] for k, r in recs.items()} == {k: 2 if k == key else 1 for k in planned()}
+    [warning] = [r for r in caplog.records if "made no progress" in r.getMessage()]
+    assert warning.levelname == "WARNING" and f"{key[0]} trial {key[1]}" in warning.getMessage()
 
 
 def test_episode_finishing_after_an_error_is_kept(tmp_path, reference, faults):

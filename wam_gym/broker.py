@@ -10,8 +10,9 @@ The dispatcher thread waits on every pipe at once. Each pipe has a single writer
 SIGKILL can cut short only the dead process's own message and never leaves a lock held that
 others need (a shared multiprocess Queue's write lock stays taken when its writer dies in
 ``put``). Each worker holds at most one batch: while workers are busy, requests pile up into
-fuller batches. A worker that dies is restarted and its batch is sent again; an actor that
-dies has its pending requests dropped. Pipes and queues stay inside this process tree:
+fuller batches. A worker that dies is restarted and its batch is sent again; so is one that
+holds a batch far longer than batches take (a hung GPU or driver: the watchdog SIGKILLs it); an
+actor that dies has its pending requests dropped. Pipes and queues stay inside this process tree:
 nothing listens on a network socket (the Ray backend binds Ray to 127.0.0.1 unless given a
 cluster).
 """
@@ -22,9 +23,11 @@ import itertools
 import logging
 import os
 import queue
+import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,14 +62,22 @@ class BrokerConfig:
     backend: str = "local"  # local processes, or ray actors
     ray_address: str | None = None  # null: a local Ray cluster on 127.0.0.1
     torch_threads_per_worker: int | None = None  # null: 1 on CPU workers (they share cores with envs), else torch's
-    max_worker_restarts: int = 3  # restarts of dead model workers before the run stops
+    max_worker_restarts: int = 3  # restarts of each model worker (died, stalled, killed while loading) before the run stops
     startup_timeout_s: float = 600.0  # time for every model worker to load its model
+    # The stall watchdog: a worker holding a batch longer than max(stall_floor_s, stall_factor x the
+    # p95 model time) is SIGKILLed (a hung GPU or driver never answers), restarted, and its batch resent.
+    stall_factor: float = 10.0  # times the p95 model time a batch may take before its worker counts as stalled
+    stall_floor_s: float = 60.0  # never sooner; also the bound while too few model times are known for a p95
+    stall_first_batch_s: float = 1800.0  # a (re)started worker's first batch: torch.compile, CUDA graphs, lazy loads
+    batch_invariant: bool = False  # each request runs alone: bit-identical actions whatever the batching, no batching speed-up
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"MULTIRUN.backend={self.backend!r}: choose one of {BACKENDS}")
         if self.num_gpus < 0 or self.workers_per_gpu < 1:
             raise ValueError("MULTIRUN.num_gpus must be >= 0 and MULTIRUN.workers_per_gpu >= 1")
+        if self.stall_factor < 1 or self.stall_floor_s <= 0 or self.stall_first_batch_s <= 0:
+            raise ValueError("MULTIRUN.stall_factor must be >= 1, MULTIRUN.stall_floor_s and stall_first_batch_s > 0")
 
 
 def worker_devices(config: BrokerConfig, available_gpus: int | None = None) -> list[str]:
@@ -94,8 +105,8 @@ class LocalWorkerPool:
     """Model workers as processes of this machine: batches in on a queue each, results out on
     a pipe each (the broker waits on ``connections()``)."""
 
-    def __init__(self, factory: PolicyFactory, devices: list[str], threads: int | None, ctx):
-        self.factory, self.devices, self.threads, self.ctx = factory, devices, threads, ctx
+    def __init__(self, factory: PolicyFactory, devices: list[str], config: BrokerConfig, ctx):
+        self.factory, self.devices, self.config, self.ctx = factory, devices, config, ctx
         self.processes: list[Any] = [None] * len(devices)
         self.inboxes: list[Any] = [None] * len(devices)
         self.outboxes: list[Any] = [None] * len(devices)  # our reading ends of the result pipes
@@ -109,7 +120,8 @@ class LocalWorkerPool:
         self.inboxes[i], self.outboxes[i] = self.ctx.Queue(), reader
         self.processes[i] = self.ctx.Process(
             target=serve_forever, name=f"wam-model-worker-{i}", daemon=True,
-            args=(self.factory, self.devices[i], i, self.threads, self.inboxes[i], writer),
+            args=(self.factory, self.devices[i], i, self.config.torch_threads_per_worker, self.inboxes[i], writer,
+                  self.config.batch_invariant),
         )
         self.processes[i].start()
         writer.close()  # the worker holds it now: its death is EOF on our end
@@ -140,12 +152,30 @@ class LocalWorkerPool:
     def pid(self, i: int) -> int | None:
         return self.processes[i].pid if self.processes[i] is not None else None
 
+    def kill(self, i: int) -> None:
+        """SIGKILL worker ``i`` and reap it: a stopped or hung process dies of it too (unless stuck
+        in the kernel, which no signal reaches; then it is left behind and replaced all the same)."""
+        process = self.processes[i]
+        if process is not None and process.is_alive():
+            process.kill()
+            process.join(timeout=10)
+
+    def exit_cause(self, i: int) -> str:
+        """How worker ``i`` ended, in words: its exit signal or code."""
+        code = self.processes[i].exitcode if self.processes[i] is not None else None
+        if code is None:
+            return "still running"
+        if code < 0:
+            name = signal.Signals(-code).name
+            return f"killed by {name}" + (" (the kernel's out-of-memory killer sends it too)" if name == "SIGKILL" else "")
+        return f"exited with code {code}; its error output above says why"
+
     def close(self) -> None:
         for i, process in enumerate(self.processes):
             if process is not None and process.is_alive():
                 self.inboxes[i].put(None)
         for i, process in enumerate(self.processes):
-            if process is not None:
+            if process is not None and process.pid is not None:  # None: its start failed (a start-up error)
                 process.join(timeout=10)
                 if process.is_alive():
                     process.kill()
@@ -158,8 +188,14 @@ def _close_queue(q) -> None:
     q.close()
 
 
+# A client waiting for an answer wakes this often: to call its on_wait hook and to see if its manager died.
+CLIENT_WAIT_SLICE_S = 1.0
 # Percentiles come from the latest this-many samples: a week-long evaluation keeps flat memory.
 STATS_WINDOW = 10_000
+# The stall bound uses the p95 model time once this many batches were timed; MULTIRUN.stall_floor_s before.
+STALL_MIN_SAMPLES = 20
+# How often the dispatcher looks for stalled workers and for restarted ones that never finished loading.
+WATCH_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -171,6 +207,7 @@ class BrokerStats:
     model_s: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
     worker_restarts: int = 0
     resent_batches: int = 0
+    stalled_workers: int = 0  # killed by the watchdog (each also counts as a restart)
 
     def add_batch(self, waits_s: list[float]) -> None:
         self.batches += 1
@@ -192,7 +229,18 @@ class BrokerStats:
             "model_ms_p95": pct(self.model_s, 95),
             "worker_restarts": self.worker_restarts,
             "resent_batches": self.resent_batches,
+            "stalled_workers": self.stalled_workers,
         }
+
+
+@dataclass
+class _InFlight:
+    """A batch a worker holds."""
+
+    batch_id: int
+    requests: list[Request]
+    sent: float  # time.monotonic() when it was handed over
+    first: bool  # the worker's first batch since it (re)started: it may compile, so stall_first_batch_s applies
 
 
 class BrokerClient:
@@ -201,14 +249,18 @@ class BrokerClient:
     Holds the actor's own request pipe and reply queue; pass it to the process that uses it
     as a ``Process`` argument, then call :meth:`close` in the parent (the broker then sees
     EOF, not a half message, if that process is killed while sending). Noise seeds derive
-    from the episode seed and the call count, so an episode's actions do not depend on which
-    requests its calls were batched with.
+    from the episode seed and the call count, so an episode's noise does not depend on which
+    requests its calls were batched with (its actions do only in the last float bits, unless
+    ``batch_invariant`` is set).
     """
 
     def __init__(self, actor_id: int, requests, replies, action_horizon: int):
         self.actor_id, self.requests, self.replies, self.action_horizon = actor_id, requests, replies, action_horizon
         self._ids = itertools.count()
         self.episode_seed, self._calls = 0, 0
+        # Called about once a second while waiting for an answer: a rollout actor reports that it is
+        # alive, only waiting (the eval manager's stall watchdog must not kill it for a slow model).
+        self.on_wait: Callable[[], None] | None = None
 
     def begin_episode(self, seed: int) -> None:
         self.episode_seed, self._calls = seed, 0
@@ -243,8 +295,10 @@ class BrokerClient:
         parent = os.getppid()
         while pending:
             try:
-                rid, row, error = self.replies.get(timeout=30)
+                rid, row, error = self.replies.get(timeout=CLIENT_WAIT_SLICE_S)
             except queue.Empty:
+                if self.on_wait is not None:
+                    self.on_wait()
                 if os.getppid() != parent:  # the manager (and its broker) is gone
                     raise BrokerError("the evaluation manager exited; this actor stops") from None
                 continue
@@ -275,13 +329,17 @@ class InferenceBroker:
             self.pool = RayWorkerPool(factory, self.devices, config, self._post)
         else:
             self.devices = worker_devices(config)
-            self.pool = LocalWorkerPool(factory, self.devices, config.torch_threads_per_worker, self.ctx)
+            self.pool = LocalWorkerPool(factory, self.devices, config, self.ctx)
         self.action_horizon: int | None = None
         self._requests: dict[int, Any] = {}  # actor -> our reading end of its request pipe
         self._replies: dict[int, Any] = {}  # actor -> its reply queue
         self._idle: deque[int] = deque()
-        self._in_flight: dict[int, tuple[int, list[Request]]] = {}  # worker -> (batch id, requests)
+        self._in_flight: dict[int, _InFlight] = {}  # worker -> the batch it holds
         self._restarts = [0] * len(self.pool)
+        self._served = [0] * len(self.pool)  # batches handed to each worker since it (re)started
+        self._loading: dict[int, float] = {}  # worker -> when it must have loaded its model (monotonic)
+        self._last_error: dict[int, str] = {}  # worker -> the last line of the error it reported while loading
+        self._next_watch = 0.0
         self._batch_ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -289,30 +347,47 @@ class InferenceBroker:
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> InferenceBroker:
-        for i in range(len(self.pool)):
-            self.pool.start(i)
-        self._await_ready(set(range(len(self.pool))))
+        try:
+            for i in range(len(self.pool)):
+                self._start_worker(i)
+            self._await_ready(set(range(len(self.pool))))
+        except BaseException:
+            self.close()  # the workers that did load must not hold their (GPU) memory until we exit
+            raise
         self._thread = threading.Thread(target=self._run, name="wam-broker", daemon=True)
         self._thread.start()
         logger.info("broker: %d %s model worker(s) on %s", len(self.pool), self.config.backend, self.devices)
         return self
 
+    def _start_worker(self, i: int) -> None:
+        self.pool.start(i)
+        self._served[i] = 0
+        self._loading[i] = time.monotonic() + self.config.startup_timeout_s
+
     def _await_ready(self, waiting: set[int]) -> None:
-        deadline = time.monotonic() + self.config.startup_timeout_s
+        """Wait until every worker has loaded its model. One that dies while loading (a kill, the
+        out-of-memory killer, a segfault) is restarted, up to max_worker_restarts; one whose factory
+        raises stops the start at once with that error (it would raise again)."""
         while waiting:
-            messages = self._receive(timeout=1.0)
-            for kind, worker, payload in messages:
+            dead = [i for i in waiting if not self.pool.alive(i)]  # checked first: all they sent is in their pipes
+            for kind, worker, payload in self._receive(timeout=1.0):
                 if kind == "failed":
-                    cause = payload.strip().splitlines()[-1]  # the exception line first, then the traceback
-                    raise BrokerError(f"model worker {worker} failed to load its model: {cause}\n{payload}")
+                    raise BrokerError(f"model worker {worker} failed to load its model: {_last_line(payload)}\n{payload}")
                 if kind == "ready":
-                    self.action_horizon = payload
+                    self._ready(worker, payload)
                     waiting.discard(worker)
-                    self._idle.append(worker)
-            if not messages:
-                dead = [i for i in waiting if not self.pool.alive(i)]
-                if dead or time.monotonic() > deadline:
-                    raise BrokerError(f"model worker(s) {dead or sorted(waiting)} did not start") from None
+            for worker in dead:
+                self._restart(worker, f"died while loading its model ({self.pool.exit_cause(worker)})")
+                waiting.add(worker)
+            late = [i for i in waiting if time.monotonic() > self._loading[i]]
+            if late:
+                raise BrokerError(f"model worker(s) {late} did not load the model within MULTIRUN.startup_timeout_s="
+                                  f"{self.config.startup_timeout_s:g}")
+
+    def _ready(self, worker: int, action_horizon: int) -> None:
+        self.action_horizon = action_horizon
+        self._loading.pop(worker, None)
+        self._idle.append(worker)
 
     def close(self) -> None:
         if self._thread is not None:
@@ -374,6 +449,7 @@ class InferenceBroker:
             if not self._handle(message):
                 return False
         self._heal()
+        self._watch()
         self._dispatch()
         return True
 
@@ -408,8 +484,9 @@ class InferenceBroker:
         elif kind == "result":
             self._finish(b)
         elif kind == "ready":
-            self._idle.append(a)
-        elif kind == "failed":
+            self._ready(a, b)
+        elif kind == "failed":  # the worker exits now; _heal restarts it (the error is named if it gives up)
+            self._last_error[a] = _last_line(b)
             logger.error("restarted model worker %d failed to load:\n%s", a, b)
         elif kind == "actor_gone":
             self.batcher.drop_actor(a)
@@ -427,15 +504,16 @@ class InferenceBroker:
         while self._idle and (batch := self.batcher.pop_ready(now)):
             worker = self._idle.popleft()
             batch_id = next(self._batch_ids)
-            self._in_flight[worker] = (batch_id, batch)
+            self._in_flight[worker] = _InFlight(batch_id, batch, now, first=self._served[worker] == 0)
+            self._served[worker] += 1
             self.stats.add_batch([now - r.arrived for r in batch])
             self.pool.submit(worker, batch_id, batch)
 
     def _finish(self, result: BatchResult) -> None:
-        batch_id, requests = self._in_flight.get(result.worker_id, (None, []))
-        if batch_id != result.batch_id:
+        flight = self._in_flight.get(result.worker_id)
+        if flight is None or flight.batch_id != result.batch_id:
             return  # an answer from before a restart, already resent
-        del self._in_flight[result.worker_id]
+        requests = self._in_flight.pop(result.worker_id).requests
         self._idle.append(result.worker_id)
         self.stats.model_s.append(result.model_seconds)
         if result.error is not None:
@@ -452,20 +530,63 @@ class InferenceBroker:
             replies.put(message)
 
     def _heal(self) -> None:
-        """Restart dead workers; their in-flight batch goes back to the front of the queue."""
+        """Restart dead workers."""
         for worker in range(len(self.pool)):
-            if self.pool.alive(worker):
-                continue
-            if self._restarts[worker] >= self.config.max_worker_restarts:
-                raise BrokerError(f"model worker {worker} died {self._restarts[worker] + 1} times; giving up")
-            self._restarts[worker] += 1
-            self.stats.worker_restarts += 1
-            if worker in self._idle:
-                self._idle.remove(worker)
-            lost = self._in_flight.pop(worker, None)
-            if lost is not None:
-                self.stats.resent_batches += 1
-                for request in reversed(lost[1]):
-                    self.batcher.add(request, front=True)
-            logger.warning("model worker %d died; restarting it (restart %d)", worker, self._restarts[worker])
-            self.pool.start(worker)
+            if not self.pool.alive(worker):
+                self._restart(worker, f"died ({self.pool.exit_cause(worker)})")
+
+    def _watch(self) -> None:
+        """Kill and restart workers that hold a batch far longer than batches take (a hung GPU or
+        driver answers never, and would freeze every actor waiting on it), or that were restarted
+        and never finished loading."""
+        now = time.monotonic()
+        if now < self._next_watch:
+            return
+        self._next_watch = now + WATCH_INTERVAL_S
+        for worker, flight in list(self._in_flight.items()):
+            limit = self._stall_limit(flight.first)
+            if now - flight.sent > limit:
+                self.stats.stalled_workers += 1
+                self.pool.kill(worker)
+                self._restart(worker, f"stalled: held batch {flight.batch_id} for {now - flight.sent:.1f} s "
+                                      f"(limit {limit:.1f} s, MULTIRUN.stall_*); killed it")
+        for worker, deadline in list(self._loading.items()):
+            if now > deadline:
+                self.pool.kill(worker)
+                self._restart(worker, f"did not load its model within MULTIRUN.startup_timeout_s="
+                                      f"{self.config.startup_timeout_s:g}; killed it")
+
+    def _stall_limit(self, first: bool) -> float:
+        """How long a batch may take: a worker's first one may compile; later ones get stall_factor
+        x the p95 model time, never less than the floor (the floor alone until a p95 means something)."""
+        c = self.config
+        if first:
+            return max(c.stall_floor_s, c.stall_first_batch_s)
+        if len(self.stats.model_s) < STALL_MIN_SAMPLES:
+            return c.stall_floor_s
+        return max(c.stall_floor_s, c.stall_factor * float(np.percentile(self.stats.model_s, 95)))
+
+    def _restart(self, worker: int, why: str) -> None:
+        """Start ``worker`` afresh after ``why``; the batch it held goes back to the front of the queue."""
+        if self._restarts[worker] >= self.config.max_worker_restarts:
+            last = f"; its last error: {self._last_error[worker]}" if worker in self._last_error else ""
+            raise BrokerError(f"model worker {worker} {why}{last}. It was restarted {self._restarts[worker]} time(s) "
+                              f"already (MULTIRUN.max_worker_restarts={self.config.max_worker_restarts}): giving up")
+        self._restarts[worker] += 1
+        self.stats.worker_restarts += 1
+        if worker in self._idle:
+            self._idle.remove(worker)
+        lost = self._in_flight.pop(worker, None)
+        if lost is not None:
+            self.stats.resent_batches += 1
+            for request in reversed(lost.requests):
+                self.batcher.add(request, front=True)
+        logger.warning("model worker %d %s; restarting it (restart %d of %d)%s", worker, why, self._restarts[worker],
+                       self.config.max_worker_restarts, ", its batch resent" if lost is not None else "")
+        self._start_worker(worker)
+
+
+def _last_line(error: str) -> str:
+    """The exception line of a formatted traceback (it comes last)."""
+    lines = error.strip().splitlines()
+    return lines[-1] if lines else "(no message)"

@@ -38,7 +38,12 @@ class BatchResult:
 
 
 class ModelServer:
-    def __init__(self, factory: PolicyFactory, device: str, worker_id: int, threads: int | None = None):
+    """Runs batches on one model copy. With ``batch_invariant`` each request runs alone (a batch of
+    one): batched matmuls sum in an order that depends on the batch size, so a row's floats differ
+    in the last bits with what it was batched with; alone, they never do."""
+
+    def __init__(self, factory: PolicyFactory, device: str, worker_id: int, threads: int | None = None,
+                 batch_invariant: bool = False):
         if threads is None and device == "cpu":
             # CPU workers share the cores with env actors; OpenMP threads that spin-wait for
             # each other then stall (a call took 8x longer with torch's 2 threads than with 1).
@@ -49,6 +54,7 @@ class ModelServer:
             torch.set_num_threads(threads)
         self.worker_id = worker_id
         self.device = device
+        self.batch_invariant = batch_invariant
         self.policy = factory(device)
 
     @property
@@ -57,19 +63,25 @@ class ModelServer:
 
     def run(self, batch_id: int, requests: Sequence[Request]) -> BatchResult:
         start = time.perf_counter()
+        groups = [[r] for r in requests] if self.batch_invariant else [list(requests)]
         try:
-            obs = stack_rows([r.obs for r in requests])
-            seeds = [r.noise_seed for r in requests]
-            prediction = self.policy.predict(obs, noise_seeds=None if None in seeds else seeds)
+            replies = [reply for group in groups for reply in self._predict(group)]
         except Exception as exc:  # reported to the requesters, who raise it; the worker lives on
             return BatchResult(batch_id, self.worker_id, [], time.perf_counter() - start,
                                error="".join(traceback.format_exception_only(exc)).strip(),
                                error_type=type(exc).__name__)
-        replies = [(r.actor_id, r.request_id, prediction.row(i)) for i, r in enumerate(requests)]
         return BatchResult(batch_id, self.worker_id, replies, time.perf_counter() - start)
 
+    def _predict(self, requests: Sequence[Request]) -> list[tuple[int, int, Any]]:
+        """One model call on ``requests``: (actor, request, its row of the Prediction) for each."""
+        obs = stack_rows([r.obs for r in requests])
+        seeds = [r.noise_seed for r in requests]
+        prediction = self.policy.predict(obs, noise_seeds=None if None in seeds else seeds)
+        return [(r.actor_id, r.request_id, prediction.row(i)) for i, r in enumerate(requests)]
 
-def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: int | None, inbox, outbox) -> None:
+
+def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: int | None, inbox, outbox,
+                  batch_invariant: bool = False) -> None:
     """Process entry point: build the model, announce it, serve batches until ``None``.
 
     ``outbox`` is this worker's own pipe to the broker, so a SIGKILL here can cut short only
@@ -78,7 +90,7 @@ def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: 
     """
     broker = os.getppid()
     try:
-        server = ModelServer(factory, device, worker_id, threads)
+        server = ModelServer(factory, device, worker_id, threads, batch_invariant)
     except Exception:
         outbox.send(("failed", worker_id, traceback.format_exc()))
         return

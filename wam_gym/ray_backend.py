@@ -22,9 +22,10 @@ class RayModelWorker:
     """The Ray actor: a ModelServer. Ray assigns its GPU (CUDA_VISIBLE_DEVICES), so any
     ``cuda:k`` becomes the actor's own ``cuda``."""
 
-    def __init__(self, factory: PolicyFactory, device: str, worker_id: int, threads: int | None):
+    def __init__(self, factory: PolicyFactory, device: str, worker_id: int, threads: int | None,
+                 batch_invariant: bool = False):
         device = "cuda" if device.startswith("cuda") else device
-        self.server = ModelServer(factory, device, worker_id, threads)
+        self.server = ModelServer(factory, device, worker_id, threads, batch_invariant)
 
     def ready(self) -> int:
         return self.server.action_horizon
@@ -71,7 +72,8 @@ class RayWorkerPool:
         self._actor_cls = ray.remote(RayModelWorker)
         self.handles: list[Any] = [None] * len(devices)
         self._dead = [False] * len(devices)
-        self._pending: dict[Any, tuple[int, str]] = {}
+        self._causes = ["still running"] * len(devices)  # why each worker's actor ended, in words
+        self._pending: dict[Any, tuple[int, str, Any]] = {}  # result ref -> (worker, kind, the actor asked)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="wam-ray-watcher", daemon=True)
@@ -83,21 +85,30 @@ class RayWorkerPool:
     def start(self, i: int) -> None:
         gpus = 1 / self.config.workers_per_gpu if self.devices[i].startswith("cuda") else 0
         handle = self._actor_cls.options(num_gpus=gpus, num_cpus=0).remote(
-            self.factory, self.devices[i], i, self.config.torch_threads_per_worker
+            self.factory, self.devices[i], i, self.config.torch_threads_per_worker, self.config.batch_invariant
         )
         with self._lock:
             self.handles[i], self._dead[i] = handle, False
-            self._pending[handle.ready.remote()] = (i, "ready")
+            self._pending[handle.ready.remote()] = (i, "ready", handle)
 
     def submit(self, i: int, batch_id: int, requests) -> None:
         with self._lock:
-            self._pending[self.handles[i].run.remote(batch_id, requests)] = (i, "result")
+            self._pending[self.handles[i].run.remote(batch_id, requests)] = (i, "result", self.handles[i])
 
     def alive(self, i: int) -> bool:
         return self.handles[i] is not None and not self._dead[i]
 
     def pid(self, i: int) -> int | None:
         return self.ray.get(self.handles[i].pid.remote())
+
+    def kill(self, i: int) -> None:
+        """End worker ``i``'s actor (a stalled one never answers); start() replaces it."""
+        if self.handles[i] is not None:
+            self.ray.kill(self.handles[i], no_restart=True)
+            self._dead[i], self._causes[i] = True, "killed"
+
+    def exit_cause(self, i: int) -> str:
+        return self._causes[i]
 
     def connections(self) -> list:
         return []  # results arrive through post()
@@ -112,12 +123,16 @@ class RayWorkerPool:
             done, _ = self.ray.wait(refs, num_returns=1, timeout=0.1)
             for ref in done:
                 with self._lock:
-                    worker, kind = self._pending.pop(ref)
+                    worker, kind, handle = self._pending.pop(ref)
+                if handle is not self.handles[worker]:
+                    continue  # from an actor killed and replaced already: the new one answers for it
                 try:
                     value = self.ray.get(ref)
                 except Exception as exc:
                     if kind == "ready":  # the actor could not build its model: say why
                         self.post(("failed", worker, str(exc)))
+                    lines = str(exc).strip().splitlines()
+                    self._causes[worker] = lines[-1] if lines else type(exc).__name__
                     self._dead[worker] = True  # else the broker restarts it and resends its batch
                     continue
                 self.post(("ready", worker, value) if kind == "ready" else ("result", worker, value))

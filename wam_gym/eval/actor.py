@@ -6,7 +6,9 @@ the broker through a :class:`~wam_gym.broker.BrokerClient`.
 
 Jobs come in and results go out on two pipes of the actor's own, so a SIGKILL of one actor
 can only break its own channel. When the manager dies (SIGKILL) the actor stops too: at once
-when idle (its job pipe reaches EOF), within one env step mid-episode.
+when idle (its job pipe reaches EOF), within one env step mid-episode. While it runs an episode
+the actor sends a heartbeat at most every ``HEARTBEAT_S`` (on env steps, and while it waits for
+the model), so the manager can tell a stalled actor from a slow one.
 """
 
 from __future__ import annotations
@@ -43,14 +45,34 @@ class ActorSpec:
     video_fps: int = 20
 
 
+# At most one heartbeat this often: cheap next to an env step, and far finer than EVALUATION.actor_stall_s.
+HEARTBEAT_S = 1.0
+
+
+class Heartbeat:
+    """Tells the manager "alive, making progress" on the result pipe, at most every HEARTBEAT_S."""
+
+    def __init__(self, actor_id: int, results):
+        self.actor_id, self.results = actor_id, results
+        self._next = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + HEARTBEAT_S
+            self.results.send(("alive", self.actor_id, None))
+
+
 class ManagerGone(Exception):
     """The manager that started this actor has exited: nobody will collect the episode."""
 
 
 class _Actor:
-    def __init__(self, actor_id: int, spec: ActorSpec, client):
-        self.actor_id, self.spec, self.client = actor_id, spec, client
+    def __init__(self, actor_id: int, spec: ActorSpec, client, beat=lambda: None):
+        self.actor_id, self.spec, self.client, self.beat = actor_id, spec, client, beat
         self.manager = os.getppid()
+        if client is not None:
+            client.on_wait = beat  # waiting for the model is no stall of ours (the broker watches the model)
         self.envs: dict[str, Any] = {}
         # One agent for every episode, but a random agent is made per episode, seeded by it.
         self.agent = None if spec.agent == "random" else make_agent(
@@ -65,6 +87,7 @@ class _Actor:
         return self.envs[job.task.name]
 
     def run(self, job: Job) -> EpisodeRecord:
+        self.beat()  # the job arrived: building an env (first time per task) is a window of its own
         env = self.env(job)
         agent = self._episode_agent(env, job)
         start = time.perf_counter()
@@ -89,6 +112,7 @@ class _Actor:
         # Checked on every observation, so a dead manager costs no model call and no env step.
         if os.getppid() != self.manager:  # re-parented: the manager was killed
             raise ManagerGone
+        self.beat()
 
     def _episode_agent(self, env, job: Job):
         if self.agent is None:
@@ -141,7 +165,7 @@ def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
     """Process entry point: run jobs (from the ``jobs`` pipe) until ``None``; send each record or
     error on the ``results`` pipe. Returns quietly once the manager is gone."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    actor = _Actor(actor_id, spec, client)
+    actor = _Actor(actor_id, spec, client, Heartbeat(actor_id, results))
     try:
         while (job := jobs.recv()) is not None:
             try:

@@ -53,6 +53,7 @@ class EvaluationConfig:
     video_fps: int = 20  # of the saved mp4s
     tensorboard: bool = True  # success and cost scalars under output_dir/tensorboard
     max_attempts: int = 3  # tries per episode when workers die
+    actor_stall_s: float | None = 600.0  # no progress (env step, model wait) this long: actor killed, episode retried; null: off
 
     def __post_init__(self) -> None:
         try:  # checked here, not in a model worker after the model has loaded

@@ -64,6 +64,7 @@ class _ActorHandle:
     results: Any  # the manager's receiving end of the actor's result pipe
     job: Job | None = None
     closed: bool = False  # the result pipe reached EOF: the actor has exited
+    last_seen: float = 0.0  # time.monotonic() of its last message or job: the stall watchdog's clock
 
     def close(self) -> None:
         self.jobs.close()
@@ -77,12 +78,17 @@ class ActorPool:
     SIGKILL can cut short only the dead actor's own message, and never leaves a lock held that
     the other actors need (a shared multiprocess Queue can: its write lock stays taken forever
     when the writer dies inside ``put``).
+
+    An actor that holds a job and sends nothing (no record, no heartbeat) for ``stall_s`` is
+    SIGKILLed (a hung simulator or GL driver would freeze the run); :meth:`reap` then hands its
+    job back like any dead actor's, to be retried.
     """
 
-    def __init__(self, ctx, spec: ActorSpec, broker: InferenceBroker | None):
-        self.ctx, self.spec, self.broker = ctx, spec, broker
+    def __init__(self, ctx, spec: ActorSpec, broker: InferenceBroker | None, stall_s: float | None = None):
+        self.ctx, self.spec, self.broker, self.stall_s = ctx, spec, broker, stall_s
         self.actors: dict[int, _ActorHandle] = {}
         self._ids = itertools.count()
+        self.stalled = 0  # actors killed for making no progress
 
     def spawn(self) -> int:
         actor_id = next(self._ids)
@@ -110,7 +116,7 @@ class ActorPool:
 
     def assign(self, actor_id: int, job: Job) -> None:
         handle = self.actors[actor_id]
-        handle.job = job
+        handle.job, handle.last_seen = job, time.monotonic()
         try:
             handle.jobs.send(job)
         except OSError:  # the actor just died; reap() hands its job back
@@ -136,12 +142,25 @@ class ActorPool:
         try:
             while handle.results.poll():
                 messages.append(handle.results.recv())
+                handle.last_seen = time.monotonic()
         except (EOFError, OSError):  # the actor exited; a message a SIGKILL cut short is dropped
             handle.closed = True
-        return messages
+        return [m for m in messages if m[0] != "alive"]  # heartbeats only move last_seen
+
+    def _kill_stalled(self) -> None:
+        now = time.monotonic()
+        for actor_id, handle in self.actors.items():
+            if self.stall_s and handle.job is not None and now - handle.last_seen > self.stall_s:
+                logger.warning("actor %d made no progress in %s trial %d for %.0f s (EVALUATION.actor_stall_s=%g); "
+                               "killing it, the episode will be retried", actor_id, handle.job.task.name,
+                               handle.job.trial, now - handle.last_seen, self.stall_s)
+                handle.process.kill()  # SIGKILL: a stopped or hung process dies of it too
+                handle.process.join(timeout=10)
+                self.stalled += 1
 
     def reap(self) -> tuple[list[Job | None], list[tuple[str, int, Any]]]:
-        """Remove dead actors: the jobs they held, and what they sent before dying."""
+        """Remove dead actors (stalled ones killed first): the jobs they held, and what they sent before dying."""
+        self._kill_stalled()
         lost, late = [], []
         for actor_id, handle in list(self.actors.items()):
             if not handle.process.is_alive():
@@ -266,7 +285,7 @@ class EvalManager:
         mr = self.config.MULTIRUN
         broker = self._broker(ctx)
         workers = len(broker.devices) if broker else mr.workers_per_gpu * max(1, mr.num_gpus)
-        actors = ActorPool(ctx, self._spec(), broker)
+        actors = ActorPool(ctx, self._spec(), broker, self.config.EVALUATION.actor_stall_s)
         bar = tqdm(total=len(self.jobs), initial=done, unit="ep", desc=self.config.benchmark, dynamic_ncols=True)
         try:
             for _ in range(min(len(todo), workers * mr.env_num_per_worker)):
@@ -321,7 +340,8 @@ class EvalManager:
         for job in lost:
             if job is not None and job.key not in self.store.done():
                 if job.attempts >= max_attempts:
-                    raise EvalError(f"{job.task.name} trial {job.trial}: its actor died {job.attempts} times; giving up")
+                    raise EvalError(f"{job.task.name} trial {job.trial}: its actor died or stalled {job.attempts} times; "
+                                    "giving up")
                 todo.appendleft(Job(job.task, job.trial, job.seed, job.attempts + 1))
             if todo:
                 actors.spawn()
