@@ -253,7 +253,7 @@ def test_cli_refuses_to_resume_another_runs_output_dir(tmp_path):
 
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: EVALUATION.output_dir=out holds episodes run with other settings: "
+    assert last.startswith("error: EVALUATION.output_dir=out holds episodes run with other settings: "
                            "EVALUATION.seed was 3, now 4.")
     assert last.endswith("set EVALUATION.allow_resume_mismatch=true to resume anyway (recorded in results.json)")
 
