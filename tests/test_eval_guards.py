@@ -219,6 +219,7 @@ def test_second_run_on_a_locked_output_dir_is_refused_naming_the_holder(done_run
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     try:
         assert holder.stdout.readline().strip() == "held"
+        assert (done_run / LOCK_FILE).read_text().startswith(f"pid {holder.pid} on ")
         before = (done_run / "results.json").stat().st_mtime_ns
         with pytest.raises(OutputDirBusy) as info:
             run(config(done_run))
@@ -229,7 +230,16 @@ def test_second_run_on_a_locked_output_dir_is_refused_naming_the_holder(done_run
         holder.send_signal(signal.SIGKILL)  # a killed holder leaves no stale lock: the kernel drops it
         holder.wait()
     assert run(config(done_run))["complete"]
-    assert f"pid {os.getpid()} on " in (done_run / LOCK_FILE).read_text()
+    assert (done_run / LOCK_FILE).read_text() == ""  # released: names nobody
+    assert not [p for p in done_run.rglob(".*")]  # hidden names are interrupted writes' temp files
+
+
+def test_lock_is_held_for_the_whole_run(done_run):
+    seen = []
+    manager = EvalManager(config(done_run, trials=3))
+    manager._run_jobs = lambda todo, done: seen.append((done_run / LOCK_FILE).read_text())
+    manager.run()
+    assert seen and seen[0].startswith(f"pid {os.getpid()} on ")
 
 
 # ----------------------------------------------------------------- a full disk

@@ -8,8 +8,10 @@ values is refused. The plan (tasks, num_trials) is not part of it: trial ``k`` o
 fixed by these settings alone (seed ``seed + k``), so adding trials or tasks resumes cleanly.
 
 Two runs writing one directory would each run every missing episode; an exclusive lock on
-``output_dir/.lock`` (``fcntl.flock``, released by the kernel when its holder dies, so a killed
-run leaves no stale lock) refuses the second.
+``output_dir/eval.lock`` (``fcntl.flock``, released by the kernel when its holder dies, so a killed
+run leaves no stale lock) refuses the second. The file is not hidden: a hidden name reads as the
+temp file of an interrupted write, which an output dir must not keep, and a killed holder cannot
+remove it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from wam_gym.utils.publish import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-LOCK_FILE = ".lock"  # hidden: scans of the output dir skip it
+LOCK_FILE = "eval.lock"  # who holds it while it is held; empty after a clean exit
 IDENTITY_FILE = "run_identity.json"
 # Inference knobs that change actions (cross-KV reuse, compile, video decoding do not).
 INFERENCE_FIELDS = ("sampler", "num_inference_steps", "shift", "action_horizon", "replan_steps", "video_mode")
@@ -70,7 +72,10 @@ def locked(output_dir: Path) -> Iterator[None]:
         since = datetime.datetime.now().isoformat(timespec="seconds")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode(), 0)
-        yield
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # not held any more: name nobody
     finally:
         os.close(fd)  # releases the lock
 
