@@ -325,3 +325,22 @@ def test_identity_of_a_checkpoint_reads_little(tiny_ckpt):
     start = time.perf_counter()
     fingerprint = checkpoint_fingerprint(tiny_ckpt)
     assert time.perf_counter() - start < 1.0 and fingerprint == checkpoint_fingerprint(tiny_ckpt)
+
+
+INCOMPLETE_RUN = r"""
+import os, runpy, sys
+from wam_gym.eval.manager import EvalManager
+EvalManager.run = lambda self: {"complete": False, "error": os.environ["WHY"]}
+sys.argv = ["wam_gym.eval", *sys.argv[1:]]
+runpy.run_module("wam_gym.eval", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_cli_exit_1_always_says_why(tmp_path):
+    """An incomplete run that raised nothing ends with its error line, never a bare exit 1."""
+    why = "1 of 2 planned episodes have no record (first: x trial 1); run again with EVALUATION.output_dir=out"
+    proc = subprocess.run([sys.executable, "-c", INCOMPLETE_RUN, "EVALUATION.agent=random",
+                           f"MULTIRUN.task_sets=[{REACH}]", "EVALUATION.output_dir=out"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WHY": why})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {why}"
