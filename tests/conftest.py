@@ -36,11 +36,18 @@ def no_shm_build(monkeypatch):
 
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory):
-    """A tiny WAM checkpoint with random weights (a few MB; fast on a CPU)."""
-    from agents.wam import build_model, preset, save_pretrained
+    """A tiny WAM checkpoint with random weights (a few MB; fast on a CPU), and identity
+    statistics (state mean 0 / std 1, actions in [-1, 1]) as its dataset_stats.json: evaluation
+    refuses a checkpoint without statistics."""
+    import numpy as np
+
+    from agents.wam import Normalizer, build_model, preset, save_pretrained
 
     path = tmp_path_factory.mktemp("ckpt") / "tiny"
-    save_pretrained(build_model(preset("tiny")), path)
+    model = build_model(preset("tiny"))
+    save_pretrained(model, path)
+    state, action = np.ones(model.config.state_dim), np.ones(model.config.action_dim)
+    Normalizer(0 * state, state, -action, action).save(path / "dataset_stats.json")
     return path
 
 

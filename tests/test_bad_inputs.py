@@ -243,17 +243,118 @@ def load_dir(name: str) -> Callable[[Ctx], object]:
     return trigger
 
 
-def eval_manager(ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym/MetaWorld-reach-v3",)):
+def eval_config(ctx: Ctx, ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym/MetaWorld-reach-v3",),
+                env_kwargs: dict | None = None, **evaluation):
+    from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
+
+    evaluation = {"output_dir": str(ctx.tmp / "out"), "tensorboard": False, **evaluation}
+    return EvalConfig(ckpt=ckpt, env_kwargs=env_kwargs or {}, EVALUATION=EvaluationConfig(agent=agent, **evaluation),
+                      MULTIRUN=MultirunConfig(task_sets=list(tasks)))
+
+
+def eval_manager(ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym/MetaWorld-reach-v3",), **changes):
+    """EvalManager refuses the config on construction, before it writes anything."""
+
     def trigger(ctx: Ctx):
-        from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
         from wam_gym.eval.manager import EvalManager
 
-        out = ctx.tmp / "out"
-        EvalManager(EvalConfig(ckpt=ckpt and str(ctx.tmp / ckpt), EVALUATION=EvaluationConfig(agent=agent, output_dir=str(out)),
-                               MULTIRUN=MultirunConfig(task_sets=list(tasks))))
-        assert not out.exists()
+        cfg = eval_config(ctx, ckpt and str(ctx.tmp / ckpt), agent, tasks, **changes)
+        try:
+            EvalManager(cfg)
+        finally:
+            out = Path(cfg.EVALUATION.output_dir)
+            assert not out.exists() or out.is_file()
 
     return trigger
+
+
+def identity_stats(path: Path, state_dim: int = 4, action_dim: int = 4) -> None:
+    from agents.wam import Normalizer
+
+    state, action = np.ones(state_dim), np.ones(action_dim)
+    Normalizer(0 * state, state, -action, action).save(path)
+
+
+def eval_wam(prepare: Callable[[Path, Ctx], object] | None = None, **changes) -> Callable[[Ctx], object]:
+    """EvalManager of a copy of the tiny checkpoint with statistics, after ``prepare(ckpt, ctx)`` broke it."""
+
+    def trigger(ctx: Ctx):
+        ckpt = checkpoint_copy(ctx)
+        identity_stats(ckpt / "dataset_stats.json")
+        if prepare is not None:
+            prepare(ckpt, ctx)
+        eval_manager("ckpt", agent="wam", **changes)(ctx)
+
+    return trigger
+
+
+def edit_json(path: Path, **changes) -> None:
+    import json
+
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
+def eval_rerun(before: Callable[[Ctx, Path], object] | None = None, **changes) -> Callable[[Ctx], object]:
+    """Rerun an expert evaluation whose episodes are all on disk (no process starts) with ``changes``;
+    ``before(ctx, out)`` runs first (to hold the lock, fill the disk...)."""
+
+    def trigger(ctx: Ctx):
+        from wam_gym.eval.manager import EvalManager
+        from wam_gym.results import EpisodeRecord, ResultStore
+
+        out = ctx.tmp / "out"
+        for trial in range(2):
+            ResultStore(out).write(EpisodeRecord("wam_gym/MetaWorld-reach-v3", trial, 7 + trial, True, 10, 1.0))
+        EvalManager(eval_config(ctx, num_trials=2, seed=7)).run()  # records the run's identity
+        if before is not None:
+            before(ctx, out)
+        EvalManager(eval_config(ctx, num_trials=2, **{"seed": 7, **changes})).run()
+
+    return trigger
+
+
+def hold_lock(ctx: Ctx, out: Path) -> None:
+    from wam_gym.eval.rundir import locked
+
+    ctx.held_lock = locked(out)
+    ctx.held_lock.__enter__()  # as another evaluation would; released when ctx is dropped
+
+
+def disk_full(ctx: Ctx, out: Path) -> None:
+    import errno
+
+    import wam_gym.results
+
+    def no_space(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    ctx.monkeypatch.setattr(wam_gym.results, "atomic_write_text", no_space)
+
+
+def read_only(ctx: Ctx):
+    """An output dir under a directory this user cannot write (os.access: the tests may run as root)."""
+    parent = ctx.tmp / "ro"
+    parent.mkdir()
+    real_access = os.access
+    ctx.monkeypatch.setattr(os, "access", lambda p, mode: real_access(p, mode) and Path(p) != parent)
+    eval_manager(output_dir=str(parent / "out"))(ctx)
+
+
+def output_dir_is_file(ctx: Ctx):
+    (ctx.tmp / "out").write_text("not a directory")
+    eval_manager()(ctx)
+
+
+def metaworld_init_state(ctx: Ctx):
+    env = make_env(image_size=16)
+    try:
+        env.reset(seed=0, options={"init_state_id": 3})
+    finally:
+        env.close()
 
 
 def train_build(*, dataset: bool = True, **changes) -> Callable[[Ctx], object]:
@@ -400,6 +501,7 @@ def cases() -> list[Case]:
     from training.data import DatasetError
     from training.run_dir import DiskFullError, ResumeMismatchError
     from wam_gym.broker import BrokerConfig, BrokerError
+    from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
 
     f32 = np.float32
     return [
@@ -414,6 +516,9 @@ def cases() -> list[Case]:
              r"^error: encoder_mode\.backbone='bf16' is not a precision mode.*bf16 weights: bf16_full"),
         Case("envs-cli-unknown-id", ("wam_gym.envs", "check", "wam_gym/MetaWorld-door-opn-v3"), 2,
              r"^error: unknown env id .*Did you mean wam_gym/MetaWorld-door-open-v3\b.*python -m wam_gym\.envs list"),
+        Case("envs-cli-missing-kwargs", ("wam_gym.envs", "check", "wam_gym/WorldModel-v0"), 2,
+             r"^error: wam_gym/WorldModel-v0 needs checkpoint= .*dataset= .*here pass them as: python -m wam_gym\.envs "
+             r"check wam_gym/WorldModel-v0 --kwarg KEY=VALUE"),
         # --- environments
         Case("env-unknown-id", lambda ctx: make_env("wam_gym/MetaWorld-pick-plase-v3"), UnknownEnvError,
              r"Did you mean wam_gym/MetaWorld-pick-place-v3\b.*python -m wam_gym\.envs list"),
@@ -440,6 +545,9 @@ def cases() -> list[Case]:
         Case("env-action-nan", step_env(np.array([0, np.nan, 0, 0], f32)), ValueError,
              r"action contains NaN or inf.*send finite actions", needs="metaworld"),
         Case("env-libero-init-state", libero_init_state, ValueError, r"init_state_id must be an int in 0\.\.49, got 50"),
+        Case("env-metaworld-init-state", metaworld_init_state, ValueError,
+             r"Meta-World has no init states \(reset got init_state_id=3\).*drop the option and pass reset\(seed=\.\.\.\)",
+             needs="metaworld"),
         Case("rollout-autoreset-on", autoreset_vector_env, ValueError,
              r"run_episodes needs a vector env with autoreset disabled.*create it with envs\.make_vec"),
         # --- models and policies
@@ -490,6 +598,50 @@ def cases() -> list[Case]:
              r"unknown task set 'metaworld_mt11'; known sets: .*'metaworld_mt10'.*\(or give env ids\)"),
         Case("eval-gpu-on-cpu", call("wam_gym.broker:worker_devices", BrokerConfig(num_gpus=1), available_gpus=0), BrokerError,
              r"MULTIRUN\.num_gpus=1 but no CUDA device is visible; set MULTIRUN\.num_gpus=0"),
+        Case("eval-zero-actors", call("wam_gym.eval.config:MultirunConfig", env_num_per_worker=0), ValueError,
+             r"MULTIRUN\.env_num_per_worker must be >= 1, got 0"),
+        Case("eval-zero-trials", call("wam_gym.eval.config:EvaluationConfig", num_trials=0), ValueError,
+             r"EVALUATION\.num_trials must be >= 1 \(episodes per task\), got 0"),
+        Case("eval-zero-replan-steps", call("wam_gym.eval.config:EvaluationConfig", replan_steps=0), ValueError,
+             r"EVALUATION\.replan_steps must be >= 1 or null \(action_horizon\), got 0"),
+        Case("eval-zero-episode-steps", call("wam_gym.eval.config:EvaluationConfig", max_episode_steps=0), ValueError,
+             r"EVALUATION\.max_episode_steps must be >= 1 or null \(the suite's limit\), got 0"),
+        Case("eval-zero-video-fps", call("wam_gym.eval.config:EvaluationConfig", video_fps=0), ValueError,
+             r"EVALUATION\.video_fps must be >= 1, got 0"),
+        Case("eval-negative-seed", call("wam_gym.eval.config:EvaluationConfig", seed=-1), ValueError,
+             r"EVALUATION\.seed must be >= 0 \(trial k uses seed \+ k\), got -1"),
+        Case("eval-unknown-video-camera", eval_manager(video_camera="front"), ValueError,
+             r"EVALUATION\.video_camera='front': \S+ renders cameras \['corner', 'gripperPOV'\]; pick one of them"),
+        Case("eval-task-index-without-task-ids", eval_manager(tasks=("wam_gym/MetaWorld-reach-v3:3",)), ValueError,
+             r"takes no task index \(only LIBERO ids do\); drop the ':3'"),
+        Case("eval-ckpt-config-wrong-type", eval_wam(lambda c, ctx: edit_json(c / "wam_config.json", action_horizon="16")),
+             ValueError, r"\S+/wam_config\.json: action_horizon=\"16\" is not int; fix that field, or re-save the checkpoint"),
+        Case("eval-ckpt-config-truncated", eval_wam(lambda c, ctx: truncate(c / "wam_config.json")), MissingCheckpointError,
+             r"\S+/wam_config\.json is not readable JSON \(.*\): the checkpoint is truncated or corrupt; re-save it"),
+        Case("eval-ckpt-without-stats", eval_wam(lambda c, ctx: (c / "dataset_stats.json").unlink()), FileNotFoundError,
+             r"has no dataset_stats\.json: .*set EVALUATION\.dataset_stats_path=<dataset>/meta/stats\.json"),
+        Case("eval-stats-path-missing", eval_wam(dataset_stats_path="/nonexistent/stats.json"), FileNotFoundError,
+             r"dataset stats /nonexistent/stats\.json not found; point EVALUATION\.dataset_stats_path at"),
+        Case("eval-stats-wrong-size", eval_wam(lambda c, ctx: identity_stats(c / "dataset_stats.json", action_dim=7)),
+             ValueError, r"describe a 7-d action, the checkpoint's model a 4-d one: point EVALUATION\.dataset_stats_path"),
+        Case("eval-image-size-mismatch", eval_wam(env_kwargs={"image_size": 128}), ValueError,
+             r"env_kwargs\.image_size=\[128, 128\] differs from the checkpoint's image_size \[64, 64\].*"
+             r"Drop env_kwargs\.image_size.*or set EVALUATION\.allow_image_resize=true"),
+        Case("eval-action-horizon-too-long", eval_wam(action_horizon=32), ValueError,
+             r"EVALUATION\.action_horizon=32: the checkpoint predicts 1\.\.16 actions per call"),
+        Case("eval-output-dir-is-file", output_dir_is_file, ValueError,
+             r"EVALUATION\.output_dir=\S+ is a file, not a directory: pass a directory path"),
+        Case("eval-output-dir-not-writable", read_only, ValueError,
+             r"EVALUATION\.output_dir=\S+ is not writable .*pass a directory you can write to"),
+        Case("eval-resume-mismatch", eval_rerun(seed=8), ResumeMismatch,
+             r"holds episodes run with other settings: EVALUATION\.seed was 7, now 8\..*use a new EVALUATION\.output_dir, "
+             r"or set EVALUATION\.allow_resume_mismatch=true"),
+        Case("eval-output-dir-busy", eval_rerun(hold_lock), OutputDirBusy,
+             r"is in use by another evaluation \(pid \d+ on \S+, since \S+\): wait for it to finish, or use another "
+             r"EVALUATION\.output_dir"),
+        Case("eval-disk-full", eval_rerun(disk_full), EvalError,
+             r"no space left on the device writing \S+/results\.json \(every record written before is kept\); free "
+             r"space, then run again to resume with EVALUATION\.output_dir="),
         # --- datasets and training
         Case("dataset-missing", call("training.data:LeRobotDataset", "/nonexistent/dataset"), DatasetError,
              r"no dataset at /nonexistent/dataset.*Collect one with: python -m training\.collect --env ENV_ID"),

@@ -226,6 +226,38 @@ def test_more_trials_on_rerun_runs_only_the_new_trials(expert_copy):
     assert summary["complete"] and summary["planned"] == 6 and summary["overall"]["episodes"] == 6
 
 
+def test_record_under_another_trials_name_is_set_aside_and_the_trial_rerun(expert_copy):
+    out = expert_copy
+    store = ResultStore(out)
+    misplaced = store.episode_path(PUSH, 1)
+    shutil.copyfile(store.episode_path(PUSH, 0), misplaced)  # before: every rerun exited 1 with error null
+
+    started = Started()
+    summary = run(config(out), started)
+
+    assert started.actor_counts == [1] and summary["complete"] and summary["error"] is None
+    recs = records(out)
+    assert set(recs) == planned((REACH, PUSH), 2) and recs[PUSH, 1]["seed"] == SEED + 1
+    assert results_json(out)["records_set_aside"] == [f"{misplaced}.mismatched"]
+
+
+def test_cli_refuses_to_resume_another_runs_output_dir(tmp_path):
+    store = ResultStore(tmp_path / "out")  # every episode on disk: no process starts
+    for k in range(2):
+        store.write(EpisodeRecord(REACH, k, 3 + k, success=False, steps=5, reward=0.0))
+    common = ["EVALUATION.agent=random", f"MULTIRUN.task_sets=[{REACH}]", "EVALUATION.num_trials=2",
+              "EVALUATION.output_dir=out", "EVALUATION.tensorboard=false"]
+    assert cli(*common, "EVALUATION.seed=3", cwd=tmp_path).returncode == 0
+
+    result = cli(*common, "EVALUATION.seed=4", cwd=tmp_path)
+
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: EVALUATION.output_dir=out holds episodes run with other settings: "
+                           "EVALUATION.seed was 3, now 4.")
+    assert last.endswith("set EVALUATION.allow_resume_mismatch=true to resume anyway (recorded in results.json)")
+
+
 # ----------------------------------------------------------------- faults
 def test_killed_actor_has_its_episode_retried_once(tmp_path):
     out = tmp_path / "out"

@@ -97,6 +97,52 @@ def test_write_replaces_a_corrupt_record(tmp_path):
     assert path.with_name("00002.json.corrupt").exists()
 
 
+def test_record_under_another_episodes_name_is_set_aside(tmp_path, caplog):
+    """A valid record copied to another trial's file would count as its own episode and block that
+    file forever (write refuses to replace a valid record): every rerun would stay incomplete."""
+    store = ResultStore(tmp_path)
+    store.write(_rec(trial=0))
+    misplaced = store.episode_path(REACH, 1)
+    misplaced.write_bytes(store.episode_path(REACH, 0).read_bytes())
+    other_task = store.episode_path(SPATIAL3, 0)
+    other_task.parent.mkdir(parents=True)
+    other_task.write_bytes(store.episode_path(REACH, 0).read_bytes())  # right trial, another task's folder
+    with caplog.at_level(logging.WARNING, logger="wam_gym.results"):
+        assert store.done() == {(REACH, 0)}
+    assert f"{misplaced} holds the record of {REACH} trial 0, whose file is {store.episode_path(REACH, 0)}" in caplog.text
+    assert sorted(store.set_aside) == sorted([f"{misplaced}.mismatched", f"{other_task}.mismatched"])
+    assert store.missing([(REACH, 0), (REACH, 1), (SPATIAL3, 0)]) == [(REACH, 1), (SPATIAL3, 0)]
+    assert store.write(_rec(trial=1)) and store.write(_rec(task=SPATIAL3, trial=0))
+    assert store.done() == {(REACH, 0), (REACH, 1), (SPATIAL3, 0)}
+
+
+def test_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    import wam_gym.results
+    import wam_gym.utils.publish
+    from wam_gym.results import OutOfSpaceError
+
+    store = ResultStore(tmp_path)
+    store.write(_rec(trial=0))
+    real_fsync = os.fsync
+
+    def full(fd):  # the data reached the temp file's buffers; the disk refuses the rest
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(wam_gym.utils.publish.os, "fsync", full)
+    with pytest.raises(OutOfSpaceError) as info:
+        store.write(_rec(trial=1))
+    monkeypatch.setattr(wam_gym.utils.publish.os, "fsync", real_fsync)
+    assert str(info.value) == (f"no space left on the device writing {store.episode_path(REACH, 1)} (every record "
+                               "written before is kept); free space, then run again to resume")
+    assert store.done() == {(REACH, 0)} and _no_temp_files(tmp_path)
+    with pytest.raises(OutOfSpaceError, match="writing .*results.json"):
+        monkeypatch.setattr(wam_gym.results, "atomic_write_text", lambda path, text: full(0))
+        write_summary(tmp_path, summarize(store.records(), [(REACH, 0)]))
+
+
 def test_missing_is_exact_and_in_plan_order(tmp_path):
     store = ResultStore(tmp_path)
     assert store.done() == set() and store.records() == []

@@ -8,7 +8,8 @@
     5. report    report.md / report.json: success per task, side by side
 
 Each stage is the real command a user would type (printed, logged to <output>/logs/); a
-stage whose outputs exist is skipped, so a rerun resumes. ``--quick`` shrinks everything to
+stage whose outputs exist is skipped (an evaluation only when its results.json says complete),
+so a rerun resumes. ``--quick`` shrinks everything to
 a smoke test. For a GPU run at real scale see the README ("The demo at real scale").
 """
 
@@ -69,7 +70,7 @@ class Demo:
         return self.report()
 
     def _stage(self, name: str, command: list[str], done: Path, env: dict | None = None) -> None:
-        if done.exists():
+        if _finished(done):
             print(f"[demo] {name}: done already ({done})")
             return
         print(f"[demo] {name}: {shlex.join(command)}", flush=True)
@@ -157,6 +158,19 @@ class Demo:
         print(_markdown(report))
         print(f"[demo] everything is under {self.out}")
         return report
+
+
+def _finished(done: Path) -> bool:
+    """A stage is done when its last output exists; an evaluation's results.json also says whether
+    every episode ran (a run that stopped on an error writes one with complete: false)."""
+    if not done.is_file():
+        return False
+    if done.name != "results.json":
+        return True
+    try:
+        return json.loads(done.read_text()).get("complete") is True
+    except ValueError:
+        return False
 
 
 def _markdown(report: dict) -> str:

@@ -1,12 +1,17 @@
 """Command line over the env registry.
 
     python -m wam_gym.envs list [--suite NAME] [--installed]
-    python -m wam_gym.envs check ID [--steps N]    # build, reset, step, run gymnasium's checker
+    python -m wam_gym.envs check ID [--steps N] [--kwarg KEY=VALUE ...]    # build, reset, step, run gymnasium's checker
+
+``--kwarg`` passes a constructor keyword (repeatable); a value that parses as JSON is passed
+parsed (``--kwarg image_size=64``, ``--kwarg 'cameras=["corner"]'``), any other as a string
+(``--kwarg checkpoint=outputs/demo/checkpoint``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
@@ -34,10 +39,9 @@ def _check(args) -> int:
     import gymnasium
     from gymnasium.utils.env_checker import check_env
 
-    import envs
     from envs.protocol import INSTRUCTION, PIXELS, STATE
 
-    env = envs.make(args.id)
+    env = _make(args.id, args.kwarg)
     check_env(env.unwrapped)
     obs, _ = env.reset(seed=0)
     for _ in range(args.steps):
@@ -51,6 +55,32 @@ def _check(args) -> int:
     return 0
 
 
+def _make(env_id: str, kwargs: dict):
+    """``envs.make``; an error about its keywords also says how this command line passes them."""
+    import envs
+    from envs.errors import MissingAssetsError
+    from envs.registry import suite_of
+
+    try:
+        return envs.make(env_id, **kwargs)
+    except (TypeError, MissingAssetsError) as exc:
+        # TypeError: a keyword the constructor lacks or needs; the world model's own error asks for two.
+        if isinstance(exc, MissingAssetsError) and suite_of(env_id).name != "world_model":
+            raise
+        raise ValueError(f"{exc}; here pass them as: python -m wam_gym.envs check {env_id} --kwarg KEY=VALUE "
+                         "(repeatable)") from None
+
+
+def _kwarg(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--kwarg {text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value  # a path, a name: the string itself
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m wam_gym.envs", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -60,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     p_check = sub.add_parser("check", help="make one env, run gymnasium's env checker and a few steps")
     p_check.add_argument("id")
     p_check.add_argument("--steps", type=int, default=10)
+    p_check.add_argument("--kwarg", type=_kwarg, action="append", default=[], metavar="KEY=VALUE",
+                         help="a constructor keyword for envs.make (repeatable; JSON values are parsed)")
     args = parser.parse_args(argv)
+    if args.command == "check":
+        args.kwarg = dict(args.kwarg)
     try:
         return {"list": _list, "check": _check}[args.command](args)
     except (ValueError, ImportError, FileNotFoundError, RuntimeError) as exc:

@@ -11,14 +11,16 @@ Aggregates (:func:`summarize`, :func:`write_summary`, :func:`format_table`,
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import hashlib
 import io
 import json
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,29 @@ CSV_COLUMNS = ("task", "episodes", "successes", "success_rate", "mean_steps")
 # A "clean" id: our own namespace, a name of safe characters with no "_", an optional ":index".
 _CLEAN_ID = re.compile(r"wam_gym/([A-Za-z0-9][A-Za-z0-9.-]*)(?::([0-9]+))?")
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class OutOfSpaceError(OSError):
+    """A record or summary could not be written: the disk (or quota) is full. Files written
+    before are complete and kept (every write is atomic)."""
+
+    def __str__(self) -> str:
+        return self.strerror  # one line, without "[Errno 28]"
+
+
+@contextlib.contextmanager
+def space_checked(path: Path) -> Iterator[None]:
+    """Turn ENOSPC/EDQUOT while writing ``path`` into one line that says so."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL or isinstance(exc, OutOfSpaceError):
+            raise
+        raise OutOfSpaceError(
+            exc.errno, f"no space left on the device writing {path} (every record written before is kept); "
+            "free space, then run again to resume"
+        ) from exc
 
 
 @dataclass
@@ -96,6 +121,7 @@ class ResultStore:
     def __init__(self, output_dir: str | os.PathLike) -> None:
         self.output_dir = Path(output_dir)
         self.episodes_dir = self.output_dir / EPISODES_DIR
+        self.set_aside: list[str] = []  # files moved aside (corrupt, mismatched) by this store
 
     def episode_path(self, task: str, trial: int) -> Path:
         return self.episodes_dir / task_slug(task) / f"{trial:05d}.json"
@@ -105,7 +131,8 @@ class ResultStore:
         path = self.episode_path(record.task, record.trial)
         if path.exists() and self._load(path) is not None:
             return False
-        atomic_write_text(path, record.to_json() + "\n")
+        with space_checked(path):
+            atomic_write_text(path, record.to_json() + "\n")
         return True
 
     def records(self) -> list[EpisodeRecord]:
@@ -134,18 +161,29 @@ class ResultStore:
         # Temp files start with "." and end in ".tmp"; ".corrupt" files do not end in ".json".
         return [p for p in self.episodes_dir.glob("*/*.json") if not p.name.startswith(".")]
 
-    @staticmethod
-    def _load(path: Path) -> EpisodeRecord | None:
-        """The record in ``path``, or None after moving an unparsable file to ``*.corrupt``."""
+    def _load(self, path: Path) -> EpisodeRecord | None:
+        """The record in ``path``, or None after moving it aside: an unparsable file to ``*.corrupt``,
+        a record of another episode (a copy under a wrong name) to ``*.mismatched``."""
         try:
-            return EpisodeRecord.from_json(path.read_text(encoding="utf-8"))
+            record = EpisodeRecord.from_json(path.read_text(encoding="utf-8"))
         except FileNotFoundError:  # removed between listing and reading
             return None
         except (ValueError, TypeError, UnicodeDecodeError) as e:
-            aside = path.with_name(path.name + ".corrupt")
-            log.warning("corrupt episode record %s (%s); moved to %s, episode counts as missing", path, e, aside)
-            os.replace(path, aside)
-            return None
+            return self._set_aside(path, "corrupt", f"corrupt episode record {path} ({e})")
+        expected = self.episode_path(record.task, record.trial)
+        if expected != path:
+            # Counted as its own episode it would also block this path forever: the episode it
+            # stands in for would run, its record be refused here, and no rerun could complete.
+            return self._set_aside(path, "mismatched", f"{path} holds the record of {record.task} trial "
+                                   f"{record.trial}, whose file is {expected}")
+        return record
+
+    def _set_aside(self, path: Path, kind: str, why: str) -> None:
+        aside = path.with_name(f"{path.name}.{kind}")
+        log.warning("%s; moved to %s, its episode counts as missing and runs again", why, aside)
+        os.replace(path, aside)
+        self.set_aside.append(str(aside))
+        return None
 
 
 def summarize(records: Iterable[EpisodeRecord], plan: Iterable[tuple[str, int]]) -> dict[str, Any]:
@@ -197,10 +235,12 @@ def write_summary(output_dir: str | os.PathLike, summary: dict[str, Any], extra:
     out = Path(output_dir)
     # default=str: a non-JSON value in extra (a config node, a Path) must not lose the summary.
     text = json.dumps({**summary, **extra}, indent=2, default=str) + "\n"
-    return {
-        "json": atomic_write_text(out / "results.json", text),
-        "csv": atomic_write_text(out / "results.csv", _csv_text(summary)),
-    }
+    paths = {"json": out / "results.json", "csv": out / "results.csv"}
+    with space_checked(paths["json"]):
+        atomic_write_text(paths["json"], text)
+    with space_checked(paths["csv"]):
+        atomic_write_text(paths["csv"], _csv_text(summary))
+    return paths
 
 
 def _csv_text(summary: dict[str, Any]) -> str:

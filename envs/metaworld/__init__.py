@@ -5,7 +5,7 @@ Action: Box(-1, 1, (4,)) = end-effector xyz delta and gripper effort (Meta-World
 State: end-effector xyz and gripper opening (4,). ``privileged_state`` is Meta-World's full
 39-d observation (objects and goal), which the scripted experts read.
 Each ``reset(seed=s)`` draws the object and goal positions from ``s``, so a seed fixes an
-episode exactly.
+episode exactly; there are no init states, and LIBERO's ``options={"init_state_id": k}`` is refused.
 """
 
 from envs.registry import Suite, env_id

@@ -71,6 +71,11 @@ class MetaWorldEnv(SuiteEnv):
         self._sim_obs = np.zeros(39)
 
     def _sim_reset(self, seed: int | None, options: dict[str, Any]) -> None:
+        if "init_state_id" in options:  # LIBERO's option; ignoring it would fake a pinned init state
+            raise ValueError(
+                f"Meta-World has no init states (reset got init_state_id={options['init_state_id']!r}): an episode "
+                "is fixed by its seed alone; drop the option and pass reset(seed=...)"
+            )
         # draw Meta-World's own seed from ours, so reset(seed=s) fixes the episode exactly
         self._sim.seed(int(self.np_random.integers(2**31)))
         # clear solver warm-starts and contacts left by the last episode, else a replayed seed

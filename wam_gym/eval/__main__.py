@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -32,14 +31,16 @@ def main(cfg: DictConfig) -> None:
     from envs.errors import MissingSimulatorError
     from wam_gym.broker import BrokerError
     from wam_gym.eval.manager import EvalError, EvalManager
+    from wam_gym.results import OutOfSpaceError
 
     logging.getLogger("wam_gym").setLevel(logging.INFO)
     try:
         config = OmegaConf.to_object(cfg)  # the dataclasses' own checks raise ValueError here
         summary = EvalManager(config, OmegaConf.to_container(cfg, resolve=True)).run()
-    except (EvalError, BrokerError, ValueError, FileNotFoundError, MissingSimulatorError) as exc:
+    except (EvalError, BrokerError, ValueError, FileNotFoundError, MissingSimulatorError, OutOfSpaceError) as exc:
         fail(exc)  # these messages name their fix: one line, no traceback
-    sys.exit(0 if summary["complete"] else 1)
+    if not summary["complete"]:
+        fail(summary["error"])  # never an exit 1 without saying why
 
 
 if __name__ == "__main__":

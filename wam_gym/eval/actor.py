@@ -94,7 +94,7 @@ class _Actor:
         video = _VideoRecorder(self.spec, agent) if self.spec.save_video else None
         episode = run_episode(
             env, agent, seed=job.seed, options=job.reset_options,
-            max_steps=self.spec.max_episode_steps or None,  # null or 0: the suite's limit
+            max_steps=self.spec.max_episode_steps,  # null: the suite's limit (0 is refused by the config)
             observe=self._stop_if_manager_gone, after_act=video,
         )
         record = EpisodeRecord(

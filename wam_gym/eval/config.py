@@ -45,7 +45,8 @@ class EvaluationConfig:
     action_horizon: int | None = None  # null: the model's
     replan_steps: int | None = None  # null: action_horizon
     video_mode: str | None = None  # joint | action_only; null: the checkpoint's
-    dataset_stats_path: str | None = None  # null: the checkpoint's dataset_stats.json
+    dataset_stats_path: str | None = None  # null: the checkpoint's dataset_stats.json (required when it has none)
+    allow_image_resize: bool = False  # let env_kwargs.image_size differ from the checkpoint's (frames get resized)
     # outputs
     output_dir: str = "evaluate_results/${benchmark}/${now:%Y%m%d-%H%M%S}"  # results, videos, tensorboard
     eval_save_video: bool = False  # an mp4 per episode
@@ -54,12 +55,21 @@ class EvaluationConfig:
     tensorboard: bool = True  # success and cost scalars under output_dir/tensorboard
     max_attempts: int = 3  # tries per episode when workers die
     actor_stall_s: float | None = 600.0  # no progress (env step, model wait) this long: actor killed, episode retried; null: off
+    allow_resume_mismatch: bool = False  # resume an output_dir whose episodes ran with other settings (recorded)
 
     def __post_init__(self) -> None:
         try:  # checked here, not in a model worker after the model has loaded
             self.inference()
         except ValueError as exc:
             raise ValueError(f"EVALUATION: {exc}") from None
+        # Each of these would hang, crash an actor mid-run, or be silently read as something else.
+        _at_least(self, "num_trials", 1, "(episodes per task)")
+        _at_least(self, "seed", 0, "(trial k uses seed + k)")
+        _at_least(self, "max_episode_steps", 1, "or null (the suite's limit)")
+        _at_least(self, "action_horizon", 1, "or null (the model's)")
+        _at_least(self, "replan_steps", 1, "or null (action_horizon)")
+        _at_least(self, "video_fps", 1)
+        _at_least(self, "max_attempts", 1)
 
     def inference(self) -> InferenceConfig:
         """The model-call knobs, nested as the policy takes them."""
@@ -73,6 +83,19 @@ class MultirunConfig(BrokerConfig):
     env_num_per_worker: int = 2  # rollout actors (env processes) per model worker
     prompt_cache_size: int = 64  # prompt embeddings cached per model worker
     task_sets: list[str] | None = None  # null: the benchmark's default sets
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least(self, "env_num_per_worker", 1, group="MULTIRUN")
+        _at_least(self, "prompt_cache_size", 0, "(0: no cache)", group="MULTIRUN")
+
+
+def _at_least(config, name: str, minimum: int, alternative: str = "", group: str = "EVALUATION") -> None:
+    """Refuse ``config.<name>`` below ``minimum`` (null passes: the fields that take it mean a default)."""
+    value = getattr(config, name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+        alternative = f" {alternative}" if alternative else ""
+        raise ValueError(f"{group}.{name} must be >= {minimum}{alternative}, got {value!r}")
 
 
 @dataclass

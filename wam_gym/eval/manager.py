@@ -28,10 +28,21 @@ import multiprocess.connection
 
 from agents.factory import AGENTS
 from wam_gym.broker import InferenceBroker
+from wam_gym.eval import preflight, rundir
 from wam_gym.eval.actor import ActorSpec, actor_main
 from wam_gym.eval.config import EvalConfig
+from wam_gym.eval.errors import EvalError
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, Job, plan, resolve_tasks
-from wam_gym.results import EPISODES_DIR, EpisodeRecord, ResultStore, format_table, log_tensorboard, summarize, write_summary
+from wam_gym.results import (
+    EPISODES_DIR,
+    EpisodeRecord,
+    OutOfSpaceError,
+    ResultStore,
+    format_table,
+    log_tensorboard,
+    summarize,
+    write_summary,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +52,7 @@ STOP_GRACE_S = 30.0
 # Temp names of wam_gym.utils.publish.atomic_path (".<name>.<random>.tmp", ".<name>.<random>.tmp.mp4" for videos).
 STALE_TEMP_GLOBS = (".*.tmp", f"{EPISODES_DIR}/*/.*.tmp", "videos/*/.*.tmp.mp4")
 
-
-class EvalError(RuntimeError):
-    """The evaluation stopped; every episode finished before it is on disk."""
+__all__ = ["EvalError", "EvalManager", "checkpoint_policy"]  # EvalError lives in wam_gym.eval.errors
 
 
 def checkpoint_policy(
@@ -197,6 +206,9 @@ class ActorPool:
 
 
 class EvalManager:
+    """Plans the episodes and checks every input on construction (nothing starts, nothing is
+    written); :meth:`run` takes the output dir's lock and runs what is missing."""
+
     def __init__(self, config: EvalConfig, composed: dict | None = None):
         self.config, self.composed = config, composed or {}
         ev, mr = config.EVALUATION, config.MULTIRUN
@@ -210,30 +222,41 @@ class EvalManager:
             )
         self.tasks = resolve_tasks(task_sets)
         self.jobs = plan(self.tasks, ev.num_trials, ev.seed)
-        self.output_dir = Path(ev.output_dir)
+        self.output_dir = Path(ev.output_dir).expanduser()
+        rundir.check_writable(self.output_dir)
         self.store = ResultStore(self.output_dir)
         self.env_kwargs = dict(config.env_kwargs)
+        self.ckpt: Path | None = None  # absolute, ~ expanded
+        self.stats: Path | None = None  # the dataset statistics the model workers un-normalise with
+        self.image_resized = False
         if ev.agent == "wam":
-            self.env_kwargs = {**self._model_env_kwargs(), **self.env_kwargs}
+            self._check_checkpoint()
+        preflight.check_video_camera(ev.video_camera, self.tasks, self.env_kwargs)
+        self.identity = rundir.run_identity(config, self.env_kwargs, self.ckpt, self.stats)
+        self.resume_mismatch: list[dict[str, Any]] = []
         self.broker_stats: dict[str, Any] = {}
         self.on_started = None  # test hook: called with (manager, actor pool, broker) once running
 
-    def _model_env_kwargs(self) -> dict[str, Any]:
-        """Ask the envs for the cameras and image size the checkpoint was trained on."""
-        from agents.wam.checkpoint import CONFIG_FILE, MissingCheckpointError
-        from agents.wam.config import MoTConfig
-
-        ckpt = self.config.ckpt
-        if ckpt is None:
-            raise ValueError("EVALUATION.agent=wam needs ckpt=<checkpoint dir> (or EVALUATION.agent=expert|random)")
-        if not (Path(ckpt) / CONFIG_FILE).is_file():
-            raise MissingCheckpointError(f"ckpt={ckpt} is not a checkpoint directory (no {CONFIG_FILE}); pass the "
-                                         "directory python -m training saved")
-        model = MoTConfig.load(Path(ckpt) / CONFIG_FILE)
-        return {"cameras": list(model.cameras), "image_size": list(model.image_size)}
+    def _check_checkpoint(self) -> None:
+        """The checkpoint, its statistics and the env geometry it needs, all read here, in the
+        manager: a model worker would find a problem only after minutes of loading."""
+        ev = self.config.EVALUATION
+        self.ckpt = preflight.checkpoint_dir(self.config.ckpt)
+        model = preflight.load_model_config(self.ckpt / preflight.CONFIG_FILE)
+        preflight.check_against_model(ev, model)
+        self.stats = preflight.dataset_stats(self.ckpt, ev.dataset_stats_path, model)
+        self.image_resized = preflight.check_image_size(self.env_kwargs, model, ev.allow_image_resize)
+        # The envs render what the checkpoint was trained on (cameras, image size) unless told otherwise.
+        self.env_kwargs = {"cameras": list(model.cameras), "image_size": list(model.image_size), **self.env_kwargs}
 
     # ----------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
+        with rundir.locked(self.output_dir):  # held until the summary is written
+            self.resume_mismatch = rundir.check_resume(
+                self.output_dir, self.identity, bool(self.store.done()), self.config.EVALUATION.allow_resume_mismatch)
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         keys = [job.key for job in self.jobs]
         self._remove_stale_temp_files()
         missing = set(self.store.missing(keys))
@@ -245,7 +268,10 @@ class EvalManager:
         try:
             if todo:
                 self._run_jobs(todo, done=len(keys) - len(todo))
-        except Exception as exc:
+        except OutOfSpaceError as exc:
+            error = f"{exc.strerror} with EVALUATION.output_dir={self.output_dir}"
+            raise EvalError(error) from exc
+        except BaseException as exc:  # Ctrl-C too: results.json says why the run is incomplete
             error = str(exc) if isinstance(exc, EvalError) else f"{type(exc).__name__}: {exc}"
             raise
         finally:
@@ -254,7 +280,7 @@ class EvalManager:
 
     def _remove_stale_temp_files(self) -> None:
         """Temp files of atomic writes a killed run left (records, results, videos): never counted,
-        removed here so they do not pile up. Assumes one run per output_dir at a time."""
+        removed here so they do not pile up (the lock makes this run the only writer)."""
         for path in itertools.chain(*(self.output_dir.glob(p) for p in STALE_TEMP_GLOBS)):
             logger.info("removing %s, left by an interrupted run", path)
             path.unlink(missing_ok=True)
@@ -274,7 +300,7 @@ class EvalManager:
             return None
         overrides = {"video_mode": ev.video_mode} if ev.video_mode else {}
         factory = functools.partial(
-            checkpoint_policy, self.config.ckpt, ev.inference(), ev.dataset_stats_path, mr.prompt_cache_size, overrides
+            checkpoint_policy, str(self.ckpt), ev.inference(), str(self.stats), mr.prompt_cache_size, overrides
         )
         return InferenceBroker(factory, mr, ctx).start()
 
@@ -350,20 +376,31 @@ class EvalManager:
     def _report(self, wall_time_s: float, error: str | None) -> dict[str, Any]:
         keys = [job.key for job in self.jobs]
         summary = summarize(self.store.records(), keys)
+        ev = self.config.EVALUATION
         extra = {
             "benchmark": self.config.benchmark,
             "wall_time_s": wall_time_s,
-            "error": error,
+            "error": error if error or summary["complete"] else self._incomplete(keys),
             "broker": self.broker_stats,
             "init_state_pinned_to_trial": any(t.pins_init_state for t in self.tasks),
+            "run_identity": self.identity,
+            "allow_resume_mismatch": ev.allow_resume_mismatch,
+            "resume_mismatch": self.resume_mismatch,  # the differences a resume was allowed to ignore
+            "image_resized": self.image_resized,  # env frames resized to the model's (allow_image_resize)
+            "records_set_aside": self.store.set_aside,  # corrupt or misplaced record files moved aside
             "config": self.composed,
         }
-        write_summary(self.output_dir, summary, extra)
-        if self.config.EVALUATION.tensorboard:
+        try:
+            write_summary(self.output_dir, summary, extra)
+        except OutOfSpaceError as exc:
+            if error is None:  # else the run's own error is the one to report; the records are on disk
+                raise EvalError(f"{exc.strerror} with EVALUATION.output_dir={self.output_dir}") from exc
+            logger.error("%s", exc.strerror)
+        if ev.tensorboard:
             try:
                 log_tensorboard(self.output_dir / "tensorboard", summary)
-            except RuntimeError as exc:
-                logger.warning("%s", exc)
+            except (RuntimeError, OSError) as exc:  # scalars are a convenience: never lose the run over them
+                logger.warning("tensorboard: %s", exc)
         print(format_table(summary))
         if self.broker_stats:
             s = self.broker_stats
@@ -371,3 +408,12 @@ class EvalManager:
                   f"{s['queue_wait_ms_p95']:.1f} ms, model p50/p95 {s['model_ms_p50']:.1f}/{s['model_ms_p95']:.1f} ms")
         print(f"results: {self.output_dir / 'results.json'} (+ results.csv, episodes/)")
         return {**summary, **extra}
+
+    def _incomplete(self, keys: list[tuple[str, int]]) -> str | None:
+        """Why a run that raised nothing still lacks episodes (results.json's error is never null then)."""
+        missing = self.store.missing(keys)
+        if not missing:
+            return None
+        task, trial = missing[0]
+        return (f"{len(missing)} of {len(keys)} planned episodes have no record (first: {task} trial {trial}); "
+                f"run again with EVALUATION.output_dir={self.output_dir} to run them")

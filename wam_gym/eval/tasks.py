@@ -74,12 +74,25 @@ class Job:
 
 def parse_task(name: str) -> Task:
     env_id, _, index = name.partition(":")
-    suite_of(env_id)  # unknown ids fail here, with suggestions
+    suite = suite_of(env_id)  # unknown ids fail here, with suggestions
     if not index:
         return Task(name, env_id)
     if not index.isdigit():
         raise ValueError(f"task {name!r}: the part after ':' is a task index (e.g. wam_gym/LIBERO-Spatial-v0:3)")
+    # Checked here: otherwise every actor would fail on its first episode, after the model loaded.
+    count = _task_count(suite, env_id)
+    if count is None:
+        raise ValueError(f"task {name!r}: {env_id} takes no task index (only LIBERO ids do); drop the ':{index}'")
+    if int(index) >= count:
+        raise ValueError(f"task {name!r}: {env_id} has task indices 0..{count - 1}")
     return Task(name, env_id, {"task_id": int(index)})
+
+
+def _task_count(suite, env_id: str) -> int | None:
+    """How many task indices ``env_id:<k>`` takes; None for ids without any."""
+    if suite.name != "libero":
+        return None
+    return libero.SUITES[suite.env_kwargs[env_id]["suite"]][1]
 
 
 def resolve_tasks(task_sets: Sequence[str]) -> list[Task]:

@@ -1,0 +1,346 @@
+"""python -m wam_gym.eval refuses what would give silent wrong results: resuming another run's
+output dir, two runs in one dir, a full disk, records under the wrong name.
+
+Most runs here have every episode on disk already, so no actor or model worker starts: what is
+tested is the manager's bookkeeping around them (tests/test_eval.py runs real episodes).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
+from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
+from wam_gym.eval.manager import EvalManager
+from wam_gym.eval.rundir import IDENTITY_FILE, LOCK_FILE, checkpoint_fingerprint
+from wam_gym.results import EpisodeRecord, ResultStore
+
+REACH, PUSH = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"
+SEED = 7
+
+
+def config(out, agent="expert", tasks=(REACH,), trials=2, ckpt=None, env_kwargs=None, **evaluation) -> EvalConfig:
+    evaluation = {"seed": SEED, "tensorboard": False, **evaluation}
+    return EvalConfig(
+        ckpt=None if ckpt is None else str(ckpt), env_kwargs={} if env_kwargs is None else env_kwargs,
+        EVALUATION=EvaluationConfig(agent=agent, num_trials=trials, output_dir=str(out), **evaluation),
+        MULTIRUN=MultirunConfig(task_sets=list(tasks)),
+    )
+
+
+def record_episodes(out, tasks=(REACH,), trials=2) -> None:
+    """Every planned episode on disk, so a run starts no process."""
+    for task in tasks:
+        for trial in range(trials):
+            ResultStore(out).write(EpisodeRecord(task, trial, SEED + trial, success=trial == 0, steps=10, reward=1.0))
+
+
+def run(cfg: EvalConfig) -> dict:
+    manager = EvalManager(cfg)
+    manager.on_started = lambda *_: pytest.fail("no process should start: every episode is on disk")
+    return manager.run()
+
+
+def episode_bytes(out) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(Path(out, "episodes").rglob("*.json"))}
+
+
+def results(out) -> dict:
+    return json.loads(Path(out, "results.json").read_text())
+
+
+@pytest.fixture
+def done_run(tmp_path):
+    """An expert run of REACH x 2 trials, complete, with its run_identity.json."""
+    out = tmp_path / "out"
+    record_episodes(out)
+    assert run(config(out))["complete"]
+    return out
+
+
+# ----------------------------------------------------------------- resume must match what it resumes
+def test_first_run_records_its_identity_and_a_matching_rerun_resumes(done_run):
+    identity = json.loads((done_run / IDENTITY_FILE).read_text())
+    assert identity == {"EVALUATION.agent": "expert", "EVALUATION.seed": SEED, "EVALUATION.max_episode_steps": None,
+                        "env_kwargs": {}}
+    assert results(done_run)["run_identity"] == identity and results(done_run)["resume_mismatch"] == []
+    assert run(config(done_run))["complete"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "was", "now"),
+    [
+        ({"seed": 8}, "EVALUATION.seed", "7", "8"),
+        ({"max_episode_steps": 50}, "EVALUATION.max_episode_steps", "null", "50"),
+        ({"env_kwargs": {"image_size": 32}}, "env_kwargs", "{}", '{"image_size": 32}'),
+        ({"agent": "random"}, "EVALUATION.agent", '"expert"', '"random"'),
+    ],
+    ids=["seed", "max-episode-steps", "env-kwargs", "agent"],
+)
+def test_rerun_with_other_settings_is_refused_with_one_line(done_run, changes, field, was, now):
+    before, summary = episode_bytes(done_run), results(done_run)
+    with pytest.raises(ResumeMismatch) as info:
+        run(config(done_run, **changes))
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{field} was {was}, now {now}" in message
+    assert "use a new EVALUATION.output_dir" in message and "EVALUATION.allow_resume_mismatch=true" in message
+    assert episode_bytes(done_run) == before and results(done_run) == summary  # nothing credited, nothing rewritten
+
+
+def test_allowed_mismatch_is_recorded_in_results(done_run):
+    summary = run(config(done_run, seed=8, allow_resume_mismatch=True))
+    assert summary["complete"]
+    on_disk = results(done_run)
+    assert on_disk["allow_resume_mismatch"] is True
+    assert on_disk["resume_mismatch"] == [{"field": "EVALUATION.seed", "recorded": SEED, "now": 8}]
+    assert json.loads((done_run / IDENTITY_FILE).read_text())["EVALUATION.seed"] == SEED  # the episodes' own
+
+
+def test_more_trials_and_other_tasks_are_not_a_mismatch(tmp_path):
+    out = tmp_path / "out"
+    record_episodes(out, tasks=(REACH, PUSH), trials=3)
+    assert run(config(out, trials=2))["complete"]  # identity written with 2 trials of REACH
+    assert run(config(out, tasks=(REACH, PUSH), trials=3))["planned"] == 6  # trial k is the same episode
+
+
+def test_output_dir_from_an_older_version_is_adopted(tmp_path, caplog):
+    out = tmp_path / "out"
+    record_episodes(out)  # episodes, no run_identity.json
+    run(config(out))
+    assert "no run_identity.json" in caplog.text and (out / IDENTITY_FILE).is_file()
+
+
+# ----------------------------------------------------------------- the WAM: checkpoint content and inference knobs
+@pytest.fixture
+def wam_run(tmp_path, tiny_ckpt):
+    ckpt = Path(shutil.copytree(tiny_ckpt, tmp_path / "ckpt"))
+    out = tmp_path / "out"
+    record_episodes(out)
+    assert run(config(out, agent="wam", ckpt=ckpt))["complete"]
+    return out, ckpt
+
+
+def test_wam_identity_is_the_checkpoint_content_not_its_path(wam_run, tmp_path):
+    out, ckpt = wam_run
+    identity = json.loads((out / IDENTITY_FILE).read_text())
+    assert identity["ckpt"] == {"path": str(ckpt), "fingerprint": checkpoint_fingerprint(ckpt)}
+    assert identity["env_kwargs"] == {"cameras": ["corner", "gripperPOV"], "image_size": [64, 64]}
+    moved = shutil.copytree(ckpt, tmp_path / "moved")  # a copy: new mtimes, same content
+    assert run(config(out, agent="wam", ckpt=moved))["complete"]
+
+
+def test_wam_rerun_with_another_checkpoint_is_refused(wam_run, tmp_path):
+    import torch
+
+    from agents.wam import build_model, preset, save_pretrained
+
+    out, ckpt = wam_run
+    torch.manual_seed(1)
+    other = save_pretrained(build_model(preset("tiny")), tmp_path / "other")  # same shapes, other weights
+    shutil.copyfile(ckpt / "dataset_stats.json", other / "dataset_stats.json")
+    with pytest.raises(ResumeMismatch, match=rf"ckpt was {ckpt} \(content \w{{12}}\), now {other} \(content \w{{12}}\)"):
+        run(config(out, agent="wam", ckpt=other))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"sampler": "ddim"}, {"num_inference_steps": 3}, {"shift": 1.0}, {"action_horizon": 8}, {"replan_steps": 4},
+     {"video_mode": "action_only"}],
+    ids=lambda c: next(iter(c)),
+)
+def test_wam_rerun_with_other_inference_settings_is_refused(wam_run, changes):
+    out, ckpt = wam_run
+    (name, value), = changes.items()
+    with pytest.raises(ResumeMismatch, match=rf"EVALUATION\.{name} was .*, now {json.dumps(value)}"):
+        run(config(out, agent="wam", ckpt=ckpt, **changes))
+
+
+def test_wam_rerun_with_other_statistics_is_refused(wam_run, tmp_path):
+    out, ckpt = wam_run
+    stats = json.loads((ckpt / "dataset_stats.json").read_text())
+    stats["action"]["max"] = [2.0] * len(stats["action"]["max"])
+    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    with pytest.raises(ResumeMismatch, match=r"EVALUATION\.dataset_stats_path was \S+dataset_stats\.json"):
+        run(config(out, agent="wam", ckpt=ckpt, dataset_stats_path=str(tmp_path / "stats.json")))
+
+
+def test_ckpt_and_stats_paths_expand_the_home_directory(wam_run, tmp_path, monkeypatch):
+    out, ckpt = wam_run
+    monkeypatch.setenv("HOME", str(tmp_path))
+    manager = EvalManager(config(out, agent="wam", ckpt="~/ckpt", dataset_stats_path="~/ckpt/dataset_stats.json"))
+    assert manager.ckpt == ckpt.resolve() and manager.stats == (ckpt / "dataset_stats.json").resolve()
+    assert manager.run()["complete"]  # and it is the same run
+
+
+def test_allowed_image_resize_is_recorded(tmp_path, tiny_ckpt):
+    out = tmp_path / "out"
+    record_episodes(out)
+    summary = run(config(out, agent="wam", ckpt=tiny_ckpt, env_kwargs={"image_size": 96}, allow_image_resize=True))
+    assert summary["image_resized"] is True and results(out)["image_resized"] is True
+    assert results(out)["run_identity"]["env_kwargs"]["image_size"] == 96
+
+
+def test_cli_wrong_stats_path_is_one_line_and_writes_nothing(tmp_path, tiny_ckpt):
+    proc = subprocess.run(
+        [sys.executable, "-m", "wam_gym.eval", f"ckpt={tiny_ckpt}", "EVALUATION.dataset_stats_path=/nonexistent/s.json",
+         f"MULTIRUN.task_sets=[{REACH}]", "EVALUATION.output_dir=out"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [proc.stderr.strip().splitlines()[-1]]
+    assert errors[0].startswith("error: dataset stats /nonexistent/s.json not found; point EVALUATION.dataset_stats_path")
+    assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------- one run per output dir
+LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+from wam_gym.eval.rundir import locked
+with locked(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_second_run_on_a_locked_output_dir_is_refused_naming_the_holder(done_run):
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(done_run)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert (done_run / LOCK_FILE).read_text().startswith(f"pid {holder.pid} on ")
+        before = (done_run / "results.json").stat().st_mtime_ns
+        with pytest.raises(OutputDirBusy) as info:
+            run(config(done_run))
+        assert f"is in use by another evaluation (pid {holder.pid} on " in str(info.value)
+        assert "wait for it to finish, or use another EVALUATION.output_dir" in str(info.value)
+        assert (done_run / "results.json").stat().st_mtime_ns == before
+    finally:
+        holder.send_signal(signal.SIGKILL)  # a killed holder leaves no stale lock: the kernel drops it
+        holder.wait()
+    assert run(config(done_run))["complete"]
+    assert (done_run / LOCK_FILE).read_text() == ""  # released: names nobody
+    assert not [p for p in done_run.rglob(".*")]  # hidden names are interrupted writes' temp files
+
+
+def test_lock_is_held_for_the_whole_run(done_run):
+    seen = []
+    manager = EvalManager(config(done_run, trials=3))
+    manager._run_jobs = lambda todo, done: seen.append((done_run / LOCK_FILE).read_text())
+    manager.run()
+    assert seen and seen[0].startswith(f"pid {os.getpid()} on ")
+
+
+# ----------------------------------------------------------------- a full disk
+def fill_disk_after(monkeypatch, writes_left: int) -> None:
+    """Every atomic write of a record or summary after the first ``writes_left`` fails with ENOSPC."""
+    import wam_gym.results
+
+    real = wam_gym.results.atomic_write_text
+    left = [writes_left]
+
+    def write(path, text):
+        left[0] -= 1
+        if left[0] < 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, text)
+
+    monkeypatch.setattr(wam_gym.results, "atomic_write_text", write)
+
+
+def test_disk_full_while_writing_records_keeps_the_written_ones(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    manager = EvalManager(config(out, trials=3))
+
+    def run_jobs(todo, done):  # stands in for the actors: three episodes finish, the third finds the disk full
+        for job in list(todo):
+            manager.store.write(EpisodeRecord(job.task.name, job.trial, job.seed, success=True, steps=5, reward=0.0))
+
+    monkeypatch.setattr(manager, "_run_jobs", run_jobs)
+    fill_disk_after(monkeypatch, writes_left=2)
+    with pytest.raises(EvalError) as info:
+        manager.run()
+    message = str(info.value)
+    assert message.startswith("no space left on the device writing ") and "00002.json" in message
+    assert "every record written before is kept" in message and f"EVALUATION.output_dir={out}" in message
+    assert "\n" not in message
+    assert [p.name for p in sorted((out / "episodes").rglob("*.json"))] == ["00000.json", "00001.json"]
+    assert not list(out.rglob(".*.tmp"))  # no half-written file
+
+
+def test_disk_full_while_writing_the_summary(done_run, monkeypatch):
+    fill_disk_after(monkeypatch, writes_left=0)
+    before = episode_bytes(done_run)
+    with pytest.raises(EvalError, match=r"^no space left on the device writing \S+/results\.json"):
+        run(config(done_run))
+    assert episode_bytes(done_run) == before
+
+
+# ----------------------------------------------------------------- records under the wrong name, incomplete runs
+def test_record_under_another_trials_name_is_set_aside_and_reported(done_run):
+    store = ResultStore(done_run)
+    trial1 = store.episode_path(REACH, 1)
+    shutil.copyfile(store.episode_path(REACH, 0), trial1)  # trial 0's record as trial 1's file
+    manager = EvalManager(config(done_run))
+    summary = manager._report(0.0, None)  # what a run reports before trial 1 reruns
+    assert not summary["complete"]
+    assert summary["error"].startswith(f"1 of 2 planned episodes have no record (first: {REACH} trial 1)")
+    assert f"run again with EVALUATION.output_dir={done_run}" in summary["error"]
+    assert summary["records_set_aside"] == [f"{trial1}.mismatched"] and not trial1.exists()
+    assert results(done_run)["error"] == summary["error"]
+    assert store.write(EpisodeRecord(REACH, 1, SEED + 1, success=True, steps=3, reward=0.0))  # the rerun can write it
+
+
+# ----------------------------------------------------------------- the demo redoes an evaluation that did not finish
+def test_demo_reruns_an_incomplete_evaluation_stage(tmp_path, monkeypatch):
+    from wam_gym import demo
+
+    calls = []
+    monkeypatch.setattr(demo.subprocess, "run", lambda command, **kw: calls.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    d = demo.Demo(demo.DemoConfig(output=str(tmp_path)))
+    d.logs.mkdir(parents=True)
+    results_json = tmp_path / "eval" / "expert" / "results.json"
+    results_json.parent.mkdir(parents=True)
+    for on_disk, runs in [({"complete": False, "error": "x"}, 1), ("{truncated", 1), ({"complete": True}, 0)]:
+        results_json.write_text(on_disk if isinstance(on_disk, str) else json.dumps(on_disk))
+        calls.clear()
+        d.evaluate("expert")
+        assert len(calls) == runs, on_disk
+
+
+# ----------------------------------------------------------------- time: the checks are cheap
+def test_identity_of_a_checkpoint_reads_little(tiny_ckpt):
+    start = time.perf_counter()
+    fingerprint = checkpoint_fingerprint(tiny_ckpt)
+    assert time.perf_counter() - start < 1.0 and fingerprint == checkpoint_fingerprint(tiny_ckpt)
+
+
+INCOMPLETE_RUN = r"""
+import os, runpy, sys
+from wam_gym.eval.manager import EvalManager
+EvalManager.run = lambda self: {"complete": False, "error": os.environ["WHY"]}
+sys.argv = ["wam_gym.eval", *sys.argv[1:]]
+runpy.run_module("wam_gym.eval", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_cli_exit_1_always_says_why(tmp_path):
+    """An incomplete run that raised nothing ends with its error line, never a bare exit 1."""
+    why = "1 of 2 planned episodes have no record (first: x trial 1); run again with EVALUATION.output_dir=out"
+    proc = subprocess.run([sys.executable, "-c", INCOMPLETE_RUN, "EVALUATION.agent=random",
+                           f"MULTIRUN.task_sets=[{REACH}]", "EVALUATION.output_dir=out"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WHY": why})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {why}"

@@ -1,0 +1,181 @@
+"""Checks of an evaluation's inputs that run before any model loads or actor starts.
+
+Each one would otherwise surface minutes later inside a model worker or an actor (as a
+traceback, a hang, or not at all: un-normalised actions, silently resized frames). The
+messages are one line and name the fix; ``python -m wam_gym.eval`` prints them as ``error: ...``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from envs.contract import parse_image_size
+from envs.registry import suite_of
+
+CONFIG_FILE = "wam_config.json"  # agents.wam.checkpoint.CONFIG_FILE (that module imports diffusers)
+STATS_FILE = "dataset_stats.json"  # agents.wam.policy.STATS_FILE (the same)
+
+
+# ----------------------------------------------------------------- the checkpoint
+def checkpoint_dir(ckpt: str | None) -> Path:
+    """``ckpt=`` as an absolute directory (``~`` expanded) holding a wam_config.json."""
+    from agents.wam.checkpoint import MissingCheckpointError
+
+    if ckpt is None:
+        raise ValueError("EVALUATION.agent=wam needs ckpt=<checkpoint dir> (or EVALUATION.agent=expert|random)")
+    root = Path(ckpt).expanduser()
+    if not (root / CONFIG_FILE).is_file():
+        raise MissingCheckpointError(f"ckpt={ckpt} is not a checkpoint directory (no {CONFIG_FILE}); pass the "
+                                     "directory python -m training saved")
+    return root.resolve()
+
+
+def load_model_config(path: Path):
+    """The checkpoint's MoTConfig, with every field of the JSON checked against its type."""
+    from agents.wam.checkpoint import MissingCheckpointError
+    from agents.wam.config import MoTConfig
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise MissingCheckpointError(f"{path} is not readable JSON ({exc}): the checkpoint is truncated or "
+                                     "corrupt; re-save it, or copy it again") from None
+    problem = type_problem(MoTConfig, data)
+    if problem:
+        raise ValueError(f"{path}: {problem}; fix that field, or re-save the checkpoint")
+    try:
+        return MoTConfig.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: {exc}; fix the file, or re-save the checkpoint") from None
+
+
+def type_problem(cls, data: Any, prefix: str = "") -> str | None:
+    """The first field of ``data`` (JSON for dataclass ``cls``) whose value has the wrong type."""
+    if not isinstance(data, dict):
+        return f"{prefix.rstrip('.') or 'the file'} must be a JSON object, got {json.dumps(data)[:60]}"
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        expected, value = hints[f.name], data[f.name]
+        if dataclasses.is_dataclass(expected):
+            problem = type_problem(expected, value, f"{prefix}{f.name}.")
+            if problem:
+                return problem
+        elif not _matches(value, expected):
+            return f"{prefix}{f.name}={json.dumps(value)} is not {_type_name(expected)}"
+    return None
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp in (bool, int, float, str):
+        if isinstance(value, bool):
+            return tp is bool
+        return isinstance(value, (int, float) if tp is float else tp)
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(_matches, value, args))
+        return not args or all(_matches(v, args[0]) for v in value)
+    if origin is dict or tp is dict:
+        return isinstance(value, dict)
+    return True  # Any, or a type JSON cannot carry: not ours to judge
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else str(tp)
+
+
+def dataset_stats(ckpt: Path, stats_path: str | None, model) -> Path:
+    """The statistics file actions are un-normalised with, read and checked against the model."""
+    from agents.wam.normalization import Normalizer
+
+    if stats_path is None:
+        path = ckpt / STATS_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"ckpt={ckpt} has no {STATS_FILE}: without its training data's statistics the actions would "
+                "not be un-normalised; set EVALUATION.dataset_stats_path=<dataset>/meta/stats.json"
+            )
+    else:
+        path = Path(stats_path).expanduser().resolve()
+    try:
+        normalizer = Normalizer.from_stats_file(path)
+    except (ValueError, KeyError, TypeError) as exc:  # unreadable JSON, or a file of another kind
+        raise ValueError(f"dataset stats {path} cannot be read ({exc}); point EVALUATION.dataset_stats_path at "
+                         "the training dataset's meta/stats.json") from None
+    sizes = {"action": (normalizer.action_min.size, model.action_dim),
+             "state": (normalizer.state_mean.size, model.state_dim)}
+    for name, (stats, expected) in sizes.items():
+        if stats != expected:
+            raise ValueError(f"dataset stats {path} describe a {stats}-d {name}, the checkpoint's model a "
+                             f"{expected}-d one: point EVALUATION.dataset_stats_path at the stats of the data it was "
+                             "trained on")
+    return path
+
+
+# ----------------------------------------------------------------- the envs
+def check_image_size(env_kwargs: dict[str, Any], model, allow_resize: bool) -> bool:
+    """Refuse env frames of another size than the checkpoint's (they would be resized in silence).
+    Returns whether frames will be resized (allowed by ``EVALUATION.allow_image_resize``)."""
+    if "image_size" not in env_kwargs:
+        return False
+    size, expected = parse_image_size(env_kwargs["image_size"]), tuple(model.image_size)
+    if size == expected:
+        return False
+    if not allow_resize:
+        raise ValueError(
+            f"env_kwargs.image_size={list(size)} differs from the checkpoint's image_size {list(expected)}: its "
+            "frames would be resized before the model sees them. Drop env_kwargs.image_size (the env then renders "
+            "at the checkpoint's size), or set EVALUATION.allow_image_resize=true"
+        )
+    return True
+
+
+def check_video_camera(camera: str | None, tasks, env_kwargs: dict[str, Any]) -> None:
+    """``EVALUATION.video_camera`` must be one every task's env renders."""
+    if camera is None:
+        return
+    for task in tasks:
+        cameras = env_cameras(task.env_id, env_kwargs)
+        if cameras is not None and camera not in cameras:
+            raise ValueError(f"EVALUATION.video_camera={camera!r}: {task.name} renders cameras {list(cameras)}; "
+                             "pick one of them, or null for all side by side")
+
+
+def env_cameras(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, ...] | None:
+    """The cameras ``envs.make(env_id, **env_kwargs)`` renders, or None when only the built env knows."""
+    if "cameras" in env_kwargs:
+        return tuple(env_kwargs["cameras"])
+    module, _, name = suite_of(env_id).entry_point.partition(":")
+    try:  # env modules are light (simulators are imported when an env is built)
+        parameter = inspect.signature(getattr(importlib.import_module(module), name)).parameters.get("cameras")
+    except Exception:  # noqa: BLE001 - a module that cannot load here is reported by its actor
+        return None
+    default = None if parameter is None else parameter.default
+    return None if default in (None, inspect.Parameter.empty) else tuple(default)
+
+
+def check_against_model(evaluation, model) -> None:
+    """Inference knobs the checkpoint cannot honour (its model workers would refuse them after loading)."""
+    from agents.wam.config import VIDEO_MODES
+
+    if evaluation.video_mode not in (None, *VIDEO_MODES):
+        raise ValueError(f"EVALUATION.video_mode={evaluation.video_mode!r}: choose one of {VIDEO_MODES}, or null "
+                         "for the checkpoint's")
+    if evaluation.action_horizon is not None and evaluation.action_horizon > model.action_horizon:
+        raise ValueError(f"EVALUATION.action_horizon={evaluation.action_horizon}: the checkpoint predicts "
+                         f"1..{model.action_horizon} actions per call; pick one in that range, or null")
