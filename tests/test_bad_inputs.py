@@ -324,7 +324,7 @@ def hold_lock(ctx: Ctx, out: Path) -> None:
     ctx.held_lock.__enter__()  # as another evaluation would; released when ctx is dropped
 
 
-def disk_full(ctx: Ctx, out: Path) -> None:
+def eval_disk_full(ctx: Ctx, out: Path) -> None:
     import errno
 
     import wam_gym.results
@@ -455,7 +455,7 @@ def resume_mismatch(ctx: Ctx):
     check_resume(ctx.tmp, describe(TrainConfig(batch_size=4), None), allow_mismatch=False)
 
 
-def disk_full(ctx: Ctx):
+def train_disk_full(ctx: Ctx):
     """A step checkpoint written to a full disk (torch.save raising ENOSPC)."""
     import errno
 
@@ -639,7 +639,7 @@ def cases() -> list[Case]:
         Case("eval-output-dir-busy", eval_rerun(hold_lock), OutputDirBusy,
              r"is in use by another evaluation \(pid \d+ on \S+, since \S+\): wait for it to finish, or use another "
              r"EVALUATION\.output_dir"),
-        Case("eval-disk-full", eval_rerun(disk_full), EvalError,
+        Case("eval-disk-full", eval_rerun(eval_disk_full), EvalError,
              r"no space left on the device writing \S+/results\.json \(every record written before is kept\); free "
              r"space, then run again to resume with EVALUATION\.output_dir="),
         # --- datasets and training
@@ -682,7 +682,7 @@ def cases() -> list[Case]:
         Case("train-resume-mismatch", resume_mismatch, ResumeMismatchError,
              r"holds checkpoints trained with other settings, batch_size=8 in train_config\.json, batch_size=4 now: "
              r".*Use another output_dir, or resume=false to start over .*or allow_resume_mismatch=true"),
-        Case("train-disk-full", disk_full, DiskFullError,
+        Case("train-disk-full", train_disk_full, DiskFullError,
              r"^no space left on device writing \S+/checkpoints/step-00000000 .*: free space or set output_dir="),
         Case("dataset-fps-mismatch", dataset_with_fps(info_rate=80), DatasetError,
              r"meta/info\.json has fps=80 but features\['observation\.images\.corner'\]\.info\['video\.fps'\]=20; "
