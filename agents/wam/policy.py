@@ -129,7 +129,9 @@ class WAMPolicy:
         """Action chunks for a batch of contract observations (envs/protocol.py: one row per env).
 
         ``noise_seeds`` (one per row) make each row's sampling noise its own, so a row's
-        prediction does not depend on which other rows share its batch (the broker's case).
+        prediction does not depend on which other rows share its batch (the broker's case) up to
+        float rounding: batched matmuls may sum in another order (~1e-7 relative). Bit-identical
+        rows need one row per call (the broker's ``MULTIRUN.batch_invariant=true``).
         """
         batch = _rows(obs)
         current = self.model.encode_video(self._frames(obs[PIXELS], batch))
