@@ -298,26 +298,31 @@ def test_killed_model_worker_is_restarted_and_nothing_is_lost(tmp_path):
         assert (broker.stats.worker_restarts, broker.stats.resent_batches) == (1, 1)
 
 
-def test_stalled_model_worker_is_killed_restarted_and_its_batch_resent(tmp_path, caplog):
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.slow)])  # slow: a Ray cluster
+def test_stalled_model_worker_is_killed_restarted_and_its_batch_resent(tmp_path, caplog, backend):
     """SIGSTOP of a worker holding a batch stands in for a hung GPU or driver: it never answers. The
     watchdog SIGKILLs it once the batch is older than the bound (the floor here: too few model times
     for a p95 yet), restarts it and resends the batch; every request is answered exactly once."""
     import psutil
 
-    config = BrokerConfig(workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5,
+    if backend == "ray":
+        cloudpickle = pytest.importorskip("ray.cloudpickle")
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
+    config = BrokerConfig(backend=backend, workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5,
                           stall_floor_s=5, stall_first_batch_s=5)  # the held batch is its worker's first
     with InferenceBroker(HeldEcho(tmp_path), config) as broker:
         replies = count_replies(broker)
         clients = [broker.client(i) for i in range(4)]
         stopper = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGSTOP))
         stopper.start()
-        answers = drive(clients, calls=10)
+        answers = drive(clients, calls=8)
         stopper.join()
-        assert answers == {i: [i * 100 + k for k in range(10)] for i in range(4)}
-        assert replies == {(i, k): 1 for i in range(4) for k in range(10)}
+        assert answers == {i: [i * 100 + k for k in range(8)] for i in range(4)}
+        assert replies == {(i, k): 1 for i in range(4) for k in range(8)}
         stats = broker.stats.summary()
         assert (stats["stalled_workers"], stats["worker_restarts"], stats["resent_batches"]) == (1, 1, 1)
-        assert not psutil.pid_exists(held_pid(tmp_path))  # killed and reaped, though stopped
+        if backend == "local":  # Ray's raylet reaps its own actor processes, in its own time
+            assert not psutil.pid_exists(held_pid(tmp_path))  # killed and reaped, though stopped
     stalls = [r for r in caplog.records if r.name == "wam_gym.broker" and "stalled" in r.getMessage()]
     assert len(stalls) == 1 and stalls[0].levelname == "WARNING" and "\n" not in stalls[0].getMessage()
 
@@ -361,27 +366,6 @@ def test_ray_backend_serves_and_survives_a_killed_actor(tmp_path):
         assert (broker.stats.worker_restarts, broker.stats.resent_batches) == (1, 1)
         killed = pids.index(held_pid(tmp_path))
         assert broker.pool.pid(killed) not in pids  # a new actor in its place
-
-
-@pytest.mark.slow  # a local Ray cluster
-def test_ray_backend_replaces_a_stalled_actor(tmp_path):
-    cloudpickle = pytest.importorskip("ray.cloudpickle")
-    import sys
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
-    config = BrokerConfig(backend="ray", workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5,
-                          stall_floor_s=5, stall_first_batch_s=5)
-    with InferenceBroker(HeldEcho(tmp_path), config) as broker:
-        replies = count_replies(broker)
-        clients = [broker.client(i) for i in range(4)]
-        stopper = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGSTOP))
-        stopper.start()
-        answers = drive(clients, calls=8)
-        stopper.join()
-        assert answers == {i: [i * 100 + k for k in range(8)] for i in range(4)}
-        assert replies == {(i, k): 1 for i in range(4) for k in range(8)}
-        stats = broker.stats.summary()
-        assert (stats["stalled_workers"], stats["worker_restarts"], stats["resent_batches"]) == (1, 1, 1)
 
 
 def test_wam_answers_do_not_depend_on_batching(tmp_path):
