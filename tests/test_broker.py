@@ -285,16 +285,22 @@ def test_a_worker_error_reaches_only_its_requester(broker):
     assert client.predict(obs(2)).actions[0, 0, 0] == 2  # the worker lives on
 
 
+def drive_while_the_holder_gets(sig: int, tmp_path, broker, calls: int) -> None:
+    """4 clients make ``calls`` requests each while the worker holding the first batch (HeldEcho)
+    gets ``sig``; each client gets exactly its own answers, in order."""
+    clients = [broker.client(i) for i in range(4)]
+    sender = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), sig))
+    sender.start()
+    answers = drive(clients, calls=calls)
+    sender.join()
+    assert answers == {i: [i * 100 + k for k in range(calls)] for i in range(4)}
+
+
 def test_killed_model_worker_is_restarted_and_nothing_is_lost(tmp_path):
     """SIGKILL of a worker while it holds a batch: it is restarted and the batch is resent."""
     config = BrokerConfig(workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5)
     with InferenceBroker(HeldEcho(tmp_path), config) as broker:
-        clients = [broker.client(i) for i in range(4)]
-        killer = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGKILL))
-        killer.start()
-        answers = drive(clients, calls=10)
-        killer.join()
-        assert answers == {i: [i * 100 + k for k in range(10)] for i in range(4)}
+        drive_while_the_holder_gets(signal.SIGKILL, tmp_path, broker, calls=10)
         assert (broker.stats.worker_restarts, broker.stats.resent_batches) == (1, 1)
 
 
@@ -312,12 +318,7 @@ def test_stalled_model_worker_is_killed_restarted_and_its_batch_resent(tmp_path,
                           stall_floor_s=5, stall_first_batch_s=5)  # the held batch is its worker's first
     with InferenceBroker(HeldEcho(tmp_path), config) as broker:
         replies = count_replies(broker)
-        clients = [broker.client(i) for i in range(4)]
-        stopper = threading.Thread(target=lambda: os.kill(held_pid(tmp_path), signal.SIGSTOP))
-        stopper.start()
-        answers = drive(clients, calls=8)
-        stopper.join()
-        assert answers == {i: [i * 100 + k for k in range(8)] for i in range(4)}
+        drive_while_the_holder_gets(signal.SIGSTOP, tmp_path, broker, calls=8)
         assert replies == {(i, k): 1 for i in range(4) for k in range(8)}
         stats = broker.stats.summary()
         assert (stats["stalled_workers"], stats["worker_restarts"], stats["resent_batches"]) == (1, 1, 1)
