@@ -376,7 +376,7 @@ def test_wam_answers_do_not_depend_on_batching(tmp_path):
 
     from agents.wam import InferenceConfig, WAMPolicy, build_model, preset, save_pretrained
     from tests.test_wam_model import observation
-    from wam_gym.eval.manager import checkpoint_policy
+    from wam_gym.policies import checkpoint_policy
 
     save_pretrained(build_model(preset("tiny")), tmp_path / "ckpt")
     inference = InferenceConfig.from_knobs(num_inference_steps=2)
@@ -401,7 +401,7 @@ def test_batch_invariant_mode_gives_bit_identical_actions_whatever_the_batching(
 
     from agents.wam import InferenceConfig
     from tests.test_wam_model import observation
-    from wam_gym.eval.manager import checkpoint_policy
+    from wam_gym.policies import checkpoint_policy
 
     factory = functools.partial(checkpoint_policy, str(tiny_ckpt), InferenceConfig.from_knobs(num_inference_steps=2),
                                 None, 64, {})

@@ -243,6 +243,12 @@ class _InFlight:
     first: bool  # the worker's first batch since it (re)started: it may compile, so stall_first_batch_s applies
 
 
+def noise_seed(episode_seed: int, call: int, row: int = 0) -> int:
+    """The sampling-noise seed of row ``row`` of an episode's ``call``-th model call: a function of
+    the episode alone, so its noise never depends on what its requests were batched with."""
+    return (episode_seed * 1_000_003 + call * 7919) % 2**62 + row
+
+
 class BrokerClient:
     """An actor's handle on the broker; a ``Predictor`` for :class:`agents.wam.WAMAgent`.
 
@@ -270,13 +276,12 @@ class BrokerClient:
         self.requests.close()
 
     def predict(self, obs, noise_seeds=None):
-        from agents.wam.policy import Prediction
+        from agents.policy import Prediction
         from envs.protocol import batch_size, take_row
 
         n = batch_size(obs)
         if noise_seeds is None:
-            base = (self.episode_seed * 1_000_003 + self._calls * 7919) % 2**62
-            noise_seeds = [base + row for row in range(n)]
+            noise_seeds = [noise_seed(self.episode_seed, self._calls, row) for row in range(n)]
         self._calls += 1
         ids = []
         for row in range(n):
@@ -423,6 +428,10 @@ class InferenceBroker:
         """An actor died: drop its queued requests (in-flight ones are answered into the void)."""
         self._post(("actor_gone", actor_id, None))
 
+    def ready(self) -> bool:
+        """Every model worker has loaded its model and the dispatcher runs (a readiness probe)."""
+        return self._thread is not None and self._thread.is_alive() and not self._loading and self._failure is None
+
     def check(self) -> None:
         """Raise in the caller's thread if the dispatcher gave up."""
         if self._failure is not None:
@@ -513,15 +522,11 @@ class InferenceBroker:
         flight = self._in_flight.get(result.worker_id)
         if flight is None or flight.batch_id != result.batch_id:
             return  # an answer from before a restart, already resent
-        requests = self._in_flight.pop(result.worker_id).requests
+        del self._in_flight[result.worker_id]
         self._idle.append(result.worker_id)
         self.stats.model_s.append(result.model_seconds)
-        if result.error is not None:
-            for r in requests:
-                self._reply(r.actor_id, (r.request_id, None, f"{result.error_type}: {result.error}"))
-            return
-        for actor_id, request_id, row in result.replies:
-            self._reply(actor_id, (request_id, row, None))
+        for actor_id, request_id, row, error in result.replies:
+            self._reply(actor_id, (request_id, row, error))
 
     def _reply(self, actor_id: int, message) -> None:
         with self._lock:

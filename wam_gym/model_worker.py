@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agents.policy import as_prediction
 from envs.protocol import stack_rows
 from wam_gym.batching import Request
 
@@ -31,10 +32,10 @@ class BatchResult:
 
     batch_id: int
     worker_id: int
-    replies: list[tuple[int, int, Any]]  # (actor, request, that request's row of the Prediction)
+    # (actor, request, that request's row of the Prediction or None, its error or None): a request
+    # that fails (bad input, NaN output) fails alone; the rest of its batch is answered.
+    replies: list[tuple[int, int, Any, str | None]]
     model_seconds: float
-    error: str | None = None  # a formatted exception: the batch's requests fail with it
-    error_type: str | None = None
 
 
 class ModelServer:
@@ -64,20 +65,25 @@ class ModelServer:
     def run(self, batch_id: int, requests: Sequence[Request]) -> BatchResult:
         start = time.perf_counter()
         groups = [[r] for r in requests] if self.batch_invariant else [list(requests)]
-        try:
-            replies = [reply for group in groups for reply in self._predict(group)]
-        except Exception as exc:  # reported to the requesters, who raise it; the worker lives on
-            return BatchResult(batch_id, self.worker_id, [], time.perf_counter() - start,
-                               error="".join(traceback.format_exception_only(exc)).strip(),
-                               error_type=type(exc).__name__)
+        replies = [reply for group in groups for reply in self._answer(group)]
         return BatchResult(batch_id, self.worker_id, replies, time.perf_counter() - start)
 
-    def _predict(self, requests: Sequence[Request]) -> list[tuple[int, int, Any]]:
-        """One model call on ``requests``: (actor, request, its row of the Prediction) for each."""
+    def _answer(self, requests: list[Request]) -> list[tuple[int, int, Any, str | None]]:
+        """One model call on ``requests``. If it raises, each request runs alone, so one client's bad
+        observation (a missing camera, a wrong state size) fails only that client's request."""
+        try:
+            return [(r.actor_id, r.request_id, row, None) for r, row in zip(requests, self._predict(requests))]
+        except Exception as exc:  # reported to the requester, who raises it; the worker lives on
+            if len(requests) > 1:
+                return [reply for r in requests for reply in self._answer([r])]
+            return [(requests[0].actor_id, requests[0].request_id, None, f"{type(exc).__name__}: {exc}")]
+
+    def _predict(self, requests: Sequence[Request]) -> list[Any]:
+        """One model call on ``requests``: each request's row of the Prediction."""
         obs = stack_rows([r.obs for r in requests])
         seeds = [r.noise_seed for r in requests]
-        prediction = self.policy.predict(obs, noise_seeds=None if None in seeds else seeds)
-        return [(r.actor_id, r.request_id, prediction.row(i)) for i, r in enumerate(requests)]
+        prediction = as_prediction(self.policy.predict(obs, noise_seeds=None if None in seeds else seeds), len(requests))
+        return [prediction.row(i) for i in range(len(requests))]
 
 
 def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: int | None, inbox, outbox,

@@ -21,7 +21,8 @@ _SOURCES = {
     "agents.wam.lora": ("LoraSettings", "add_lora"),
     "agents.wam.mot": ("MoTWAM",),
     "agents.wam.normalization": ("Normalizer",),
-    "agents.wam.policy": ("NonFiniteOutputError", "Prediction", "WAMPolicy"),
+    "agents.wam.policy": ("NonFiniteOutputError", "WAMPolicy"),
+    "agents.policy": ("Prediction",),  # the Policy protocol's answer; re-exported for WAM users
     "agents.wam.sampling": ("FlowSampler",),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}

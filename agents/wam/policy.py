@@ -9,20 +9,20 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from agents.policy import Prediction
 from agents.wam.compile import compile_module
 from agents.wam.frames import model_frames
 from agents.wam.inference_config import InferenceConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
 from agents.wam.sampling import FlowSampler
-from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size, stack_rows, take_row
+from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size
 
 logger = logging.getLogger(__name__)
 STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training statistics
@@ -30,27 +30,6 @@ STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training sta
 
 class NonFiniteOutputError(RuntimeError):
     """The model produced NaN or inf; nothing is sent to the environment."""
-
-
-@dataclass
-class Prediction:
-    actions: np.ndarray  # (B, action_horizon, action_dim) float32, in the env's units
-    video: np.ndarray | None = None  # (B, 1 + num_future_frames, H, W * cameras, 3) uint8
-    states: np.ndarray | None = None  # (B, action_horizon, state_dim): the state after each action (world model)
-
-    def row(self, i: int) -> Prediction:
-        """Row ``i`` without its batch axis: one env's chunk, or one request's answer."""
-        return Prediction(**take_row(_fields(self), i))
-
-    @staticmethod
-    def stack(rows: Sequence[Prediction]) -> Prediction:
-        """Rows (e.g. answered by different model calls) -> one batch."""
-        return Prediction(**stack_rows([_fields(r) for r in rows]))
-
-
-def _fields(prediction: Any) -> dict[str, Any]:
-    """The fields a Prediction carries, read off ``prediction`` (any object with those attributes)."""
-    return {f.name: getattr(prediction, f.name) for f in fields(Prediction)}
 
 
 class WAMPolicy:

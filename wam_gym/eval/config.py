@@ -25,7 +25,13 @@ from wam_gym.broker import BrokerConfig
 class EvaluationConfig:
     """EVALUATION.*: one model call (the flat inference knobs) and one episode."""
 
-    agent: str = "wam"  # wam (needs ckpt) | expert (scripted) | random: baselines run the same way
+    agent: str = "wam"  # wam (needs ckpt) | python (EVALUATION.policy) | remote (a policy server) | expert | random
+    policy: str | None = None  # agent=python: pkg.module:factory, factory(device) builds a Policy (agents/policy.py)
+    remote_url: str | None = None  # agent=remote: ws://host:port of an openpi or vla-eval policy server
+    remote_protocol: str = "openpi"  # agent=remote: openpi | vla-eval
+    remote_keys: dict[str, str] = field(default_factory=dict)  # agent=remote: {contract key: wire key} (wam_gym/keymap.py)
+    remote_api_key: str | None = None  # agent=remote: sent as openpi's "Authorization: Api-Key" header
+    remote_timeout_s: float = 300.0  # agent=remote: longest wait for one answer, and for the server to come back
     # one model call (InferenceConfig, see inference())
     num_inference_steps: int = SamplerConfig.num_inference_steps  # denoising steps: model calls per chunk
     sampler: str = SamplerConfig.name  # flow_euler | unipc | dpmpp | ddim

@@ -14,7 +14,6 @@ writes are never counted and are removed by the next run), and its actors stop o
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
 import time
@@ -33,6 +32,7 @@ from wam_gym.eval.actor import ActorSpec, actor_main
 from wam_gym.eval.config import EvalConfig
 from wam_gym.eval.errors import EvalError
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, Job, plan, resolve_tasks
+from wam_gym.policies import SERVED_AGENTS, policy_factory
 from wam_gym.results import (
     EPISODES_DIR,
     EpisodeRecord,
@@ -52,18 +52,7 @@ STOP_GRACE_S = 30.0
 # Temp names of wam_gym.utils.publish.atomic_path (".<name>.<random>.tmp", ".<name>.<random>.tmp.mp4" for videos).
 STALE_TEMP_GLOBS = (".*.tmp", f"{EPISODES_DIR}/*/.*.tmp", "videos/*/.*.tmp.mp4")
 
-__all__ = ["EvalError", "EvalManager", "checkpoint_policy"]  # EvalError lives in wam_gym.eval.errors
-
-
-def checkpoint_policy(
-    ckpt: str, inference, dataset_stats_path: str | None, prompt_cache_size: int, overrides: dict, device: str
-):
-    """Builds the WAM policy inside a model worker (module level: picklable by reference)."""
-    from agents.wam.policy import WAMPolicy
-
-    return WAMPolicy.from_checkpoint(
-        ckpt, inference, dataset_stats_path, device=device, prompt_cache_size=prompt_cache_size, **overrides
-    )
+__all__ = ["EvalError", "EvalManager"]  # EvalError lives in wam_gym.eval.errors
 
 
 @dataclass
@@ -296,13 +285,9 @@ class EvalManager:
 
     def _broker(self, ctx) -> InferenceBroker | None:
         ev, mr = self.config.EVALUATION, self.config.MULTIRUN
-        if ev.agent != "wam":
+        if ev.agent not in SERVED_AGENTS:
             return None
-        overrides = {"video_mode": ev.video_mode} if ev.video_mode else {}
-        factory = functools.partial(
-            checkpoint_policy, str(self.ckpt), ev.inference(), str(self.stats), mr.prompt_cache_size, overrides
-        )
-        return InferenceBroker(factory, mr, ctx).start()
+        return InferenceBroker(policy_factory(ev, mr.prompt_cache_size, self.ckpt, self.stats), mr, ctx).start()
 
     def _run_jobs(self, todo: deque[Job], done: int) -> None:
         from tqdm import tqdm

@@ -1,0 +1,105 @@
+"""The Policy protocol: the one model call that the inference broker batches and serves.
+
+Evaluation (``python -m wam_gym.eval``) and the policy server (``python -m wam_gym.serve``)
+serve any object with::
+
+    action_horizon: int                                  # actions per predicted chunk
+    def predict(self, obs, noise_seeds=None): ...        # a batch -> action chunks
+
+``obs`` is a batch in the env contract (envs/protocol.py): ``obs["pixels"][camera]`` is
+``(B, H, W, 3)`` uint8, ``obs["state"]`` ``(B, state_dim)`` float, ``obs["instruction"]`` B
+strings. ``noise_seeds`` (B ints, or None) seed each row's sampling noise, so a row's answer
+does not depend on what it was batched with; a deterministic policy ignores them.
+``predict`` returns a :class:`Prediction`, a dict with ``"actions"`` (and optionally
+``"video"``, ``"states"``), or the actions array itself: ``(B, action_horizon, action_dim)``
+in the env's units. :class:`agents.wam.WAMPolicy` is one such policy; ``EVALUATION.agent=python
+EVALUATION.policy=pkg.module:factory`` serves your own (``factory(device)`` builds it inside
+each model worker).
+
+Numpy only: this module sits below every model, so a policy needs no torch to be served.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from envs.protocol import stack_rows, take_row
+
+
+@dataclass
+class Prediction:
+    actions: np.ndarray  # (B, action_horizon, action_dim) float32, in the env's units
+    video: np.ndarray | None = None  # (B, 1 + num_future_frames, H, W * cameras, 3) uint8
+    states: np.ndarray | None = None  # (B, action_horizon, state_dim): the state after each action (world model)
+
+    def row(self, i: int) -> Prediction:
+        """Row ``i`` without its batch axis: one env's chunk, or one request's answer."""
+        return Prediction(**take_row(_fields(self), i))
+
+    @staticmethod
+    def stack(rows: Sequence[Prediction]) -> Prediction:
+        """Rows (e.g. answered by different model calls) -> one batch."""
+        return Prediction(**stack_rows([_fields(r) for r in rows]))
+
+
+def _fields(prediction: Any) -> dict[str, Any]:
+    """The fields a Prediction carries, read off ``prediction`` (any object with those attributes)."""
+    return {f.name: getattr(prediction, f.name, None) for f in fields(Prediction)}
+
+
+@runtime_checkable
+class Policy(Protocol):
+    action_horizon: int
+
+    def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Any: ...
+
+
+def as_prediction(result: Any, rows: int) -> Prediction:
+    """A policy's answer for a batch of ``rows`` as a :class:`Prediction`, its actions checked:
+    a wrong shape here would otherwise reach an env as a wrong action."""
+    if isinstance(result, Mapping):
+        if "actions" not in result:
+            raise ValueError(f"the policy's predict returned a dict without 'actions' (keys {sorted(result)}); "
+                             "return {'actions': (B, horizon, action_dim) array}")
+        result = Prediction(**{f.name: result.get(f.name) for f in fields(Prediction)})
+    elif not hasattr(result, "actions"):
+        result = Prediction(actions=result)
+    actions = np.asarray(result.actions)
+    if actions.ndim != 3 or actions.shape[0] != rows or not np.issubdtype(actions.dtype, np.number):
+        raise ValueError(f"the policy's predict returned actions {actions.dtype} {actions.shape} for a batch of "
+                         f"{rows}; return a float array (B={rows}, horizon, action_dim)")
+    if not np.isfinite(actions).all():
+        raise ValueError("the policy's predict returned non-finite actions (NaN/inf); no action was sent")
+    return Prediction(actions.astype(np.float32, copy=False), *(getattr(result, f) for f in ("video", "states")))
+
+
+def load_policy_factory(target: str):
+    """``pkg.module:factory`` -> the callable (checked: importable, callable). The module must
+    be importable where the model workers run (on PYTHONPATH, or installed)."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"EVALUATION.policy={target!r}: write it as pkg.module:factory, a callable factory(device)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"EVALUATION.policy={target!r}: cannot import {module_name} ({exc}); install it or put its "
+                         "folder on PYTHONPATH") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ValueError(f"EVALUATION.policy={target!r}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def build_policy(target: str, device: str) -> Policy:
+    """Build the policy ``target`` names on ``device`` (in a model worker), and check its shape."""
+    policy = load_policy_factory(target)(device)
+    horizon = getattr(policy, "action_horizon", None)
+    if not callable(getattr(policy, "predict", None)) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(f"EVALUATION.policy={target!r} built {type(policy).__name__}, which is not a Policy: it needs "
+                         "an int action_horizon >= 1 and predict(obs, noise_seeds=None) (see agents/policy.py)")
+    return policy

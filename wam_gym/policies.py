@@ -1,0 +1,40 @@
+"""What the broker's model workers serve, for evaluation and for ``python -m wam_gym.serve``.
+
+``EVALUATION.agent=wam`` serves a checkpoint's :class:`~agents.wam.WAMPolicy`;
+``EVALUATION.agent=python`` serves the Policy that ``EVALUATION.policy=pkg.module:factory``
+builds (agents/policy.py). The factories are module-level functions bound with
+``functools.partial``, so the spawned workers (or Ray actors) import them by reference.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from agents.policy import build_policy
+from wam_gym.model_worker import PolicyFactory
+
+SERVED_AGENTS = ("wam", "python")  # the agents whose model calls go through the broker
+
+
+def checkpoint_policy(
+    ckpt: str, inference, dataset_stats_path: str | None, prompt_cache_size: int, overrides: dict, device: str
+):
+    """Builds the WAM policy inside a model worker."""
+    from agents.wam.policy import WAMPolicy
+
+    return WAMPolicy.from_checkpoint(
+        ckpt, inference, dataset_stats_path, device=device, prompt_cache_size=prompt_cache_size, **overrides
+    )
+
+
+def policy_factory(evaluation, prompt_cache_size: int, ckpt: Path | None, stats: Path | None) -> PolicyFactory:
+    """The factory model workers call with their device, for ``evaluation.agent`` (wam or python)."""
+    if evaluation.agent == "python":
+        return functools.partial(build_policy, evaluation.policy)
+    if evaluation.agent != "wam":
+        raise ValueError(f"EVALUATION.agent={evaluation.agent!r} is not served by model workers; use one of {SERVED_AGENTS}")
+    overrides = {"video_mode": evaluation.video_mode} if evaluation.video_mode else {}
+    return functools.partial(
+        checkpoint_policy, str(ckpt), evaluation.inference(), str(stats), prompt_cache_size, overrides
+    )
