@@ -2,7 +2,7 @@
 # make test-fast - the main venv's tests without those marked slow (for developers; CI runs make test)
 # make demo  - the embedded default end to end: demos, a tiny WAM trained on the CPU, evaluation, report
 VENV        ?= .venv
-EXTRAS      ?= metaworld,train,ray,dev
+EXTRAS      ?= metaworld,train,ray,dev,interop
 # Simulators whose MuJoCo pins clash with Meta-World's get a venv each (.venv-<name>);
 # `make test SUITE_VENVS=` skips them.
 SUITE_VENVS ?= robosuite libero maniskill
