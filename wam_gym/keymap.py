@@ -11,9 +11,9 @@ openpi's LIBERO example uses flat keys with slashes, ``observation/image``). The
 - vla-eval (its recommended keys, ``vla_eval.types.Observation``): ``images.<camera>``,
   ``state``, ``task_description``.
 
-``SERVE.keys`` (the server) and ``EVALUATION.remote_keys`` (our harness as a client) replace
-them, e.g. ``'SERVE.keys={pixels.agentview: images.agentview, state: states}'``; keys not named
-keep their default.
+``SERVE.openpi_keys`` / ``SERVE.vla_eval_keys`` (the server) and ``EVALUATION.remote_keys`` (our
+harness as a client) replace them, e.g. ``'SERVE.vla_eval_keys={state: states}'``; keys not
+named keep their default.
 """
 
 from __future__ import annotations
@@ -51,22 +51,22 @@ def key_map(protocol: str, cameras: Sequence[str], overrides: Mapping[str, str] 
     return {**keys, **(overrides or {})}
 
 
-def to_contract(wire: Any, keys: Mapping[str, str]) -> dict[str, Any]:
-    """One client observation -> one contract observation (a row), every input checked."""
+def to_contract(wire: Any, keys: Mapping[str, str], knob: str = "the key map") -> dict[str, Any]:
+    """One client observation -> one contract observation (a row), every input checked; errors name ``knob``."""
     if not isinstance(wire, Mapping):
         raise ObservationError(f"an observation must be a dict, got {type(wire).__name__}")
     pixels = {}
     for contract, name in keys.items():
         if contract.startswith(f"{PIXELS}."):
             camera = contract[len(PIXELS) + 1:]
-            image = _lookup(wire, name, contract)
+            image = _lookup(wire, name, contract, knob)
             if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
                 raise ObservationError(f"{name!r} (camera {camera}) must be a uint8 (H, W, 3) image, got {_describe(image)}")
             pixels[camera] = image
-    state = _lookup(wire, keys[STATE], STATE)
+    state = _lookup(wire, keys[STATE], STATE, knob)
     if not (isinstance(state, np.ndarray) and state.ndim == 1 and state.dtype.kind in "biuf"):
         raise ObservationError(f"{keys[STATE]!r} (state) must be a 1-D numeric array, got {_describe(state)}")
-    instruction = _lookup(wire, keys[INSTRUCTION], INSTRUCTION)
+    instruction = _lookup(wire, keys[INSTRUCTION], INSTRUCTION, knob)
     if not isinstance(instruction, str):
         raise ObservationError(f"{keys[INSTRUCTION]!r} (instruction) must be a string, got {_describe(instruction)}")
     return {PIXELS: pixels, STATE: state.astype(np.float32), INSTRUCTION: instruction}
@@ -87,12 +87,12 @@ def to_wire(obs: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:
     return wire
 
 
-def _lookup(wire: Mapping[str, Any], name: str, contract: str) -> Any:
+def _lookup(wire: Mapping[str, Any], name: str, contract: str, knob: str) -> Any:
     node: Any = wire
     for part in name.split("."):
         if not isinstance(node, Mapping) or part not in node:
             raise ObservationError(f"the observation lacks {name!r} (the model's {contract}); it has keys "
-                                   f"{_keys(wire)}: send it, or map it with the key map (SERVE.keys)")
+                                   f"{_keys(wire)}: send it, or map the model's {contract} to one of those with {knob}")
         node = node[part]
     return node
 

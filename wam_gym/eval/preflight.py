@@ -179,3 +179,11 @@ def check_against_model(evaluation, model) -> None:
     if evaluation.action_horizon is not None and evaluation.action_horizon > model.action_horizon:
         raise ValueError(f"EVALUATION.action_horizon={evaluation.action_horizon}: the checkpoint predicts "
                          f"1..{model.action_horizon} actions per call; pick one in that range, or null")
+
+
+def served_checkpoint(ckpt: str | None, evaluation):
+    """``(checkpoint dir, its MoTConfig, the statistics file)`` for EVALUATION.agent=wam, all checked."""
+    root = checkpoint_dir(ckpt)
+    model = load_model_config(root / CONFIG_FILE)
+    check_against_model(evaluation, model)
+    return root, model, dataset_stats(root, evaluation.dataset_stats_path, model)

@@ -1,0 +1,1 @@
+"""``python -m wam_gym.serve``: the batching policy server (openpi and vla-eval protocols)."""

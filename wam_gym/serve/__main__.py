@@ -1,0 +1,74 @@
+"""python -m wam_gym.serve [overrides...]
+
+    python -m wam_gym.serve ckpt=outputs/demo/checkpoint SERVE.port=8000
+    python -m wam_gym.serve EVALUATION.agent=python EVALUATION.policy=my_pkg.policy:make_policy 'SERVE.cameras=[agentview]'
+    python -m wam_gym.serve --cfg job          # print the composed config
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from importlib.metadata import PackageNotFoundError, version
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from wam_gym.utils.cli import fail, run_hydra
+
+
+def register_schema() -> None:
+    """The structured config serve.yaml builds on (only when run as a command: the model workers,
+    spawned processes that import this module again, skip it)."""
+    from hydra.core.config_store import ConfigStore
+
+    from wam_gym.serve.config import ServeConfig
+
+    ConfigStore.instance().store(name="serve_schema", node=ServeConfig)
+
+
+def build_server(config):
+    """The server for ``config``, every input checked before a model worker starts."""
+    from agents.policy import load_policy_factory
+    from wam_gym.broker import InferenceBroker
+    from wam_gym.eval import preflight
+    from wam_gym.policies import policy_factory
+    from wam_gym.serve.server import PolicyServer
+
+    ev, cameras = config.EVALUATION, config.SERVE.cameras
+    ckpt = stats = None
+    if ev.agent == "wam":
+        ckpt, model, stats = preflight.served_checkpoint(config.ckpt, ev)
+        cameras = cameras or list(model.cameras)
+    else:
+        if not ev.policy:
+            raise ValueError("EVALUATION.agent=python needs EVALUATION.policy=pkg.module:factory")
+        load_policy_factory(ev.policy)
+        if not cameras:
+            raise ValueError("EVALUATION.agent=python needs SERVE.cameras=[...]: the cameras your policy takes, in order")
+    broker = InferenceBroker(policy_factory(ev, config.MULTIRUN.prompt_cache_size, ckpt, stats), config.MULTIRUN)
+    try:
+        server_version = version("wam_gym")
+    except PackageNotFoundError:
+        server_version = "unknown"
+    metadata = {"server": "wam_gym.serve", "server_version": server_version, "agent": ev.agent,
+                "checkpoint": str(ckpt) if ckpt else ev.policy}
+    return PolicyServer(config, broker, cameras, metadata)
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="serve")
+def main(cfg: DictConfig) -> None:
+    from agents.wam.checkpoint import MissingCheckpointError
+    from wam_gym.broker import BrokerError
+
+    logging.getLogger("wam_gym").setLevel(logging.INFO)
+    try:
+        server = build_server(OmegaConf.to_object(cfg))
+        asyncio.run(server.run())
+    except (BrokerError, ValueError, FileNotFoundError, MissingCheckpointError, OSError) as exc:
+        fail(exc)  # these messages name their fix (OSError: the port is taken, say)
+
+
+if __name__ == "__main__":
+    register_schema()
+    run_hydra(main, "python -m wam_gym.serve")

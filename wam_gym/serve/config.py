@@ -1,0 +1,53 @@
+"""The policy server's config (``python -m wam_gym.serve``), as Hydra structured configs.
+
+``EVALUATION.*`` (what to serve and how each model call runs) and ``MULTIRUN.*`` (model workers,
+GPUs, batching) are eval's own groups, so a server runs a model exactly as an evaluation would;
+``SERVE.*`` holds what only a server has: where it listens, who may talk to it, and how clients'
+keys map onto the model's inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wam_gym.eval.config import EvaluationConfig, MultirunConfig
+from wam_gym.policies import SERVED_AGENTS
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class ServeSettings:
+    """SERVE.*: the WebSocket endpoint (openpi and vla-eval protocols on one port)."""
+
+    host: str = "127.0.0.1"  # loopback; another interface (0.0.0.0) only when asked, with a warning
+    port: int = 8000  # 0: any free port (the log and the port file name it)
+    port_file: str | None = None  # write the bound port here once serving (scripts and tests read it)
+    api_key: str | None = None  # required as "Authorization: Api-Key <key>" (openpi-client's api_key=); null: none
+    max_message_mb: float = 64.0  # larger frames close the connection (code 1009)
+    max_sessions: int = 256  # concurrent connections; more get HTTP 503
+    drain_s: float = 30.0  # on SIGTERM/SIGINT: longest wait for the requests in flight before closing
+    cameras: list[str] | None = None  # the model's cameras, in order; null: the checkpoint's (needed for agent=python)
+    openpi_keys: dict[str, str] = field(default_factory=dict)  # {contract key: openpi key} over the defaults (keymap.py)
+    vla_eval_keys: dict[str, str] = field(default_factory=dict)  # {contract key: vla-eval key} over the defaults
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"SERVE.port={self.port} must be in 0..65535 (0: any free port)")
+        if self.max_message_mb <= 0 or self.max_sessions < 1 or self.drain_s < 0:
+            raise ValueError("SERVE.max_message_mb must be > 0, SERVE.max_sessions >= 1 and SERVE.drain_s >= 0")
+
+
+@dataclass
+class ServeConfig:
+    """The whole ``python -m wam_gym.serve`` config."""
+
+    ckpt: str | None = None  # a checkpoint directory (EVALUATION.agent=wam)
+    EVALUATION: EvaluationConfig = field(default_factory=EvaluationConfig)  # what is served, one model call
+    MULTIRUN: MultirunConfig = field(default_factory=MultirunConfig)  # model workers, GPUs and batching
+    SERVE: ServeSettings = field(default_factory=ServeSettings)  # the endpoint
+
+    def __post_init__(self) -> None:
+        if self.EVALUATION.agent not in SERVED_AGENTS:
+            raise ValueError(f"EVALUATION.agent={self.EVALUATION.agent!r} cannot be served; serve one of {SERVED_AGENTS} "
+                             "(wam with ckpt=DIR, python with EVALUATION.policy=pkg.module:factory)")

@@ -1,0 +1,267 @@
+"""The policy server: one WebSocket port, the openpi and vla-eval protocols, one inference broker.
+
+    clients (openpi-client, vla-eval, our EVALUATION.agent=remote) --WebSocket--> asyncio loop
+        one Session per connection, its frames handled in order on a thread of their own
+            --> the session's BrokerClient --> InferenceBroker (dynamic batches) --> model workers
+
+Requests of every connection meet in the same broker, so they are batched together across
+model workers and GPUs. Each connection opens with one greeting frame that is both openpi's
+metadata dict and vla-eval's HELLO reply (wam_gym/wire.py), so the port needs no protocol
+setting; the first frame a client sends says which protocol the connection speaks.
+
+- openpi: an observation in, ``{"actions": (H, A), "server_timing": {...}}`` out (plus
+  ``video`` when EVALUATION.visualize_future_video is set). An optional ``noise_seed`` int seeds
+  that call's sampling. A bad observation gets a text frame with the one-line error, then the
+  connection closes (what openpi's client expects).
+- vla-eval: episode_start (an optional ``seed``) resets the session's action queue; each
+  observation gets one ``action`` from it, and the model runs only when the queue is used up
+  (EVALUATION.replan_steps actions per chunk); a bad observation gets an ``error`` message, and
+  the connection stays open.
+
+Sampling noise comes from the session's own seed (``noise_seed``, episode_start's ``seed``, or
+EVALUATION.seed + a per-episode counter), so a session's actions do not depend on what it was
+batched with. GET /healthz and /health are 200 only while every model worker is ready; GET
+/stats gives the broker's batching statistics. SIGTERM/SIGINT stop accepting, let the requests
+in flight finish (SERVE.drain_s), close every connection and every model worker, and exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hmac
+import itertools
+import json
+import logging
+import signal
+import time
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import websockets
+from websockets.asyncio.server import serve
+
+from envs.protocol import stack_rows
+from wam_gym.broker import BrokerError, InferenceBroker, RemoteInferenceError
+from wam_gym.keymap import key_map, to_contract
+from wam_gym.serve.config import LOOPBACK, ServeConfig
+from wam_gym.wire import OPENPI, VLA_EVAL, Message, WireError, as_message, greeting, pack_openpi, unpack
+
+logger = logging.getLogger(__name__)
+HEALTH_PATHS = ("/healthz", "/health")  # openpi's probe, vla-eval's
+KNOBS = {OPENPI: "SERVE.openpi_keys", VLA_EVAL: "SERVE.vla_eval_keys"}
+
+
+class ClientError(ValueError):
+    """A client's frame cannot be served; only that client hears of it."""
+
+
+class Session:
+    """One connection: its broker client, its protocol and (vla-eval) its episode's action queue.
+    ``handle`` blocks on the model, so the server calls it on a thread; one frame at a time."""
+
+    def __init__(self, server: PolicyServer, session_id: int):
+        self.server, self.id = server, session_id
+        self.client = server.broker.client(session_id)
+        self.protocol: str | None = None
+        self.agent = None  # vla-eval: a WAMAgent on this session's client, its chunk queue per episode
+        self._begin(None)
+
+    def _begin(self, seed: Any) -> None:
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ClientError(f"seed={seed!r} must be a non-negative int")
+        self.client.begin_episode(next(self.server.episode_seeds) if seed is None else seed)
+        if self.agent is not None:
+            self.agent.reset()
+
+    def handle(self, frame: bytes | str) -> tuple[bytes | str | None, bool]:
+        """(the reply, or None; whether to close the connection after it)."""
+        try:
+            decoded = unpack(frame)
+            message = as_message(decoded)
+            protocol = VLA_EVAL if message is not None else OPENPI
+            self.protocol = self.protocol or protocol
+            if protocol != self.protocol:
+                raise ClientError(f"this connection speaks {self.protocol}; open another for {protocol}")
+            return (self._vla_eval(message) if message is not None else self._openpi(decoded)), False
+        except (WireError, ClientError, RemoteInferenceError, ValueError) as exc:
+            return self._error(exc, message if "message" in locals() else None)
+        except BrokerError as exc:  # the model workers are gone: this server is stopping
+            return self._error(exc, None, close=True)
+
+    def _error(self, exc: Exception, message: Message | None, close: bool = False) -> tuple[bytes | str, bool]:
+        text = f"wam_gym.serve: {exc}".replace("\n", " ")
+        self.server.stats["errors"] += 1
+        logger.warning("session %d: %s", self.id, text)
+        if self.protocol == VLA_EVAL:
+            return Message("error", {"error": text}, message.seq if message else 0).pack(), close
+        return text, True  # openpi: a text frame, then the connection closes
+
+    # ----------------------------------------------------------------- openpi
+    def _openpi(self, obs: Any) -> bytes:
+        row = to_contract(obs, self.server.keys[OPENPI], KNOBS[OPENPI])
+        seed = obs.get("noise_seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ClientError(f"noise_seed={seed!r} must be a non-negative int")
+        start = time.perf_counter()
+        prediction = self.client.predict(stack_rows([row]), None if seed is None else [seed]).row(0)
+        answer = {"actions": prediction.actions, "server_timing": {"infer_ms": 1000 * (time.perf_counter() - start)}}
+        if prediction.video is not None:
+            answer["video"] = prediction.video
+        self.server.stats["openpi_requests"] += 1
+        return pack_openpi(answer)
+
+    # ----------------------------------------------------------------- vla-eval
+    def _vla_eval(self, message: Message) -> bytes | None:
+        if message.type == "episode_start":
+            self._begin(message.payload.get("seed"))
+            self.server.stats["vla_eval_episodes"] += 1
+        elif message.type == "observation":
+            row = to_contract(message.payload, self.server.keys[VLA_EVAL], KNOBS[VLA_EVAL])
+            action = self._agent().act(row)
+            self.server.stats["vla_eval_requests"] += 1
+            return Message("action", {"actions": action}, message.seq).pack()
+        elif message.type == "action":
+            raise ClientError("clients send observations; actions come from the server")
+        elif message.type == "error":
+            logger.warning("session %d: the client reports an error: %s", self.id, message.payload)
+        return None  # hello (the greeting answered it), episode_end, error
+
+    def _agent(self):
+        if self.agent is None:
+            from agents.factory import make_agent
+
+            ev = self.server.config.EVALUATION
+            self.agent = make_agent("wam", predictor=self.client, action_horizon=ev.action_horizon,
+                                    replan_steps=ev.replan_steps)
+        return self.agent
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.broker.forget_actor(self.id)
+
+
+class PolicyServer:
+    """Serves ``broker`` (not yet started: :meth:`run` starts it) on SERVE.host:SERVE.port."""
+
+    def __init__(self, config: ServeConfig, broker: InferenceBroker, cameras: list[str], metadata: dict[str, Any]):
+        self.config, self.broker, s = config, broker, config.SERVE
+        self.keys = {OPENPI: key_map(OPENPI, cameras, s.openpi_keys), VLA_EVAL: key_map(VLA_EVAL, cameras, s.vla_eval_keys)}
+        self.metadata = {**metadata, "cameras": list(cameras), "keys": self.keys}
+        self.episode_seeds = itertools.count(config.EVALUATION.seed)
+        self.session_ids = itertools.count()
+        self.sessions: set[Any] = set()  # open connections
+        self.in_flight = 0  # frames being handled
+        self.ready = asyncio.Event()
+        self.draining = False
+        self.stats = {"sessions": 0, "openpi_requests": 0, "vla_eval_requests": 0, "vla_eval_episodes": 0, "errors": 0}
+        self.threads = concurrent.futures.ThreadPoolExecutor(s.max_sessions, thread_name_prefix="wam-session")
+        self.port: int | None = None
+
+    async def run(self) -> None:
+        s = self.config.SERVE
+        if s.host not in LOOPBACK:
+            logger.warning("SERVE.host=%s: serving beyond this machine%s", s.host,
+                           "" if s.api_key else "; anyone who can reach it may use the model: set SERVE.api_key")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        async with serve(self._handle, s.host, s.port, process_request=self._http, compression=None,
+                         max_size=int(s.max_message_mb * 2**20), ping_interval=None) as server:
+            self.port = server.sockets[0].getsockname()[1]
+            logger.info("serving on ws://%s:%d (openpi and vla-eval); loading the model workers", s.host, self.port)
+            try:
+                await asyncio.to_thread(self.broker.start)
+                self.metadata["action_horizon"] = self.config.EVALUATION.action_horizon or self.broker.action_horizon
+                self.ready.set()
+                if s.port_file:
+                    Path(s.port_file).write_text(f"{self.port}\n")
+                logger.info("ready: %d model worker(s) on %s", len(self.broker.devices), self.broker.devices)
+                await self._until(stop)
+            finally:
+                await self._drain(server)
+
+    async def _until(self, stop: asyncio.Event) -> None:
+        """Wait for a stop signal; raise if the broker gave up meanwhile."""
+        while not stop.is_set():
+            self.broker.check()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _drain(self, server) -> None:
+        """Accept nothing new, let the frames in flight be answered, then close everything."""
+        self.draining = True
+        self.ready.set()  # connections still waiting for the model: told to go
+        server.close(close_connections=False)
+        deadline = time.monotonic() + self.config.SERVE.drain_s
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for ws in list(self.sessions):
+            await ws.close(1001, "wam_gym.serve is shutting down")
+        await asyncio.to_thread(self.broker.close)
+        self.threads.shutdown(wait=False, cancel_futures=True)
+        logger.info("stopped: %s", json.dumps(self.summary()))
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.stats, "open_sessions": len(self.sessions), "broker": self.broker.stats.summary()}
+
+    # ----------------------------------------------------------------- HTTP
+    def _http(self, connection, request):
+        """Health, stats and the gate (API key, session cap) before a WebSocket handshake."""
+        url = urlparse(request.path)
+        if url.path in HEALTH_PATHS:
+            ok = self.broker.ready() and not self.draining
+            status = "ok" if ok else "stopping" if self.draining else "loading"
+            return connection.respond(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE,
+                                      json.dumps({"status": status}) + "\n")
+        key = self.config.SERVE.api_key
+        if key and not _authorized(request, url.query, key):
+            return connection.respond(HTTPStatus.UNAUTHORIZED, "wam_gym.serve: send 'Authorization: Api-Key <key>' "
+                                                               "(openpi-client: api_key=) or ?api_key=<key>\n")
+        if url.path == "/stats":
+            return connection.respond(HTTPStatus.OK, json.dumps(self.summary()) + "\n")
+        if self.draining or len(self.sessions) >= self.config.SERVE.max_sessions:
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "wam_gym.serve: busy or stopping "
+                                      f"(SERVE.max_sessions={self.config.SERVE.max_sessions})\n")
+        return None
+
+    # ----------------------------------------------------------------- WebSocket
+    async def _handle(self, ws) -> None:
+        await self.ready.wait()  # connections made while the model loads are greeted once it has
+        if self.draining:
+            await ws.close(1001, "wam_gym.serve is shutting down")
+            return
+        loop = asyncio.get_running_loop()
+        session = await loop.run_in_executor(self.threads, Session, self, next(self.session_ids))
+        self.sessions.add(ws)
+        self.stats["sessions"] += 1
+        try:
+            await ws.send(greeting(self.metadata))
+            async for frame in ws:
+                self.in_flight += 1
+                try:
+                    reply, close = await loop.run_in_executor(self.threads, session.handle, frame)
+                finally:
+                    self.in_flight -= 1
+                if reply is not None:
+                    await ws.send(reply)
+                if close:
+                    await ws.close(1008, "bad request: see the previous frame")
+                elif self.draining:
+                    await ws.close(1001, "wam_gym.serve is shutting down")
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self.sessions.discard(ws)
+            await loop.run_in_executor(None, session.close)
+
+
+def _authorized(request, query: str, key: str) -> bool:
+    header = request.headers.get("Authorization", "")
+    given = header[len("Api-Key "):] if header.startswith("Api-Key ") else parse_qs(query).get("api_key", [""])[-1]
+    return hmac.compare_digest(given.encode(), key.encode())
