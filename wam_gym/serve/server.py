@@ -208,7 +208,8 @@ class PolicyServer:
         logger.info("stopped: %s", json.dumps(self.summary()))
 
     def summary(self) -> dict[str, Any]:
-        return {**self.stats, "open_sessions": len(self.sessions), "broker": self.broker.stats.summary()}
+        return {**self.stats, "open_sessions": len(self.sessions), "in_flight": self.in_flight,
+                "broker": self.broker.stats.summary()}
 
     # ----------------------------------------------------------------- HTTP
     def _http(self, connection, request):

@@ -1,0 +1,326 @@
+"""python -m wam_gym.serve driven by the real clients: openpi-client (from its own venv, numpy<2)
+and vla-eval's ``Connection``. Real server processes, real model workers, real signals.
+
+The WAM tests serve a tiny random checkpoint and compare every answer with an in-process
+``WAMPolicy.predict`` on the same observation and seed; the rest serve the numpy policies of
+tests/serve_policies.py, whose answers follow from the state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import anyio
+import msgpack
+import numpy as np
+import psutil
+import pytest
+from vla_eval.connection import Connection
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from wam_gym.broker import noise_seed
+from wam_gym.wire import pack_openpi, unpack
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+OPENPI_VENV = ROOT / ".venv-openpi"
+STEPS = 2  # denoising steps of the served tiny WAM
+
+
+# ----------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def serving(tmp_path: Path, *overrides: str, env: dict | None = None, wait_ready: bool = True):
+    """A ``python -m wam_gym.serve`` process on a free port: yields (port, process, log path)."""
+    port_file, log = tmp_path / "port", tmp_path / "serve.log"
+    port_file.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "wam_gym.serve", "SERVE.port=0", f"SERVE.port_file={port_file}", *overrides]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), **(env or {})}
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        port = _wait_port(process, port_file, log, wait_ready)
+        yield port, process, log
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _wait_port(process, port_file: Path, log: Path, ready: bool) -> int:
+    """The bound port: from the port file once ready, else from the log's first line about it."""
+    for _ in range(1200):
+        if process.poll() is not None:
+            raise AssertionError(f"the server exited with {process.returncode}:\n{log.read_text()}")
+        if ready and port_file.exists() and port_file.read_text().strip():
+            return int(port_file.read_text())
+        if not ready and "serving on ws://" in log.read_text():
+            return int(log.read_text().split("serving on ws://")[1].split()[0].rsplit(":", 1)[1])
+        anyio.run(anyio.sleep, 0.1)
+    raise AssertionError(f"the server did not start:\n{log.read_text()}")
+
+
+def http(port: int, path: str, headers: dict | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def stats(port: int) -> dict:
+    return json.loads(http(port, "/stats")[1])
+
+
+def openpi_obs(state_dim: int = 4, size: int = 64, **extra) -> dict:
+    rng = np.random.default_rng(0)
+    return {"observation/image": rng.integers(0, 256, (size, size, 3), dtype=np.uint8),
+            "observation/wrist_image": rng.integers(0, 256, (size, size, 3), dtype=np.uint8),
+            "observation/state": np.arange(state_dim, dtype=np.float32), "prompt": "reach", **extra}
+
+
+def openpi_call(port: int, frame: bytes | str):
+    """One request on a fresh openpi connection: (the answer frame, the close code or None)."""
+    with connect(f"ws://127.0.0.1:{port}", max_size=None) as ws:
+        ws.recv()  # the metadata
+        ws.send(frame)
+        answer = ws.recv()
+        try:
+            ws.recv(timeout=10)
+        except ConnectionClosed as exc:
+            return answer, exc.rcvd.code if exc.rcvd else None
+        except TimeoutError:
+            return answer, None
+    return answer, None
+
+
+@pytest.fixture(scope="session")
+def openpi_python() -> Path:
+    """The real openpi-client in a venv of its own (it pins numpy<2); made once, then reused."""
+    python = OPENPI_VENV / "bin" / "python"
+    if not python.exists() or subprocess.run([python, "-c", "import openpi_client.websocket_client_policy"]).returncode:
+        subprocess.run([sys.executable, "-m", "venv", OPENPI_VENV], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "openpi-client==0.1.2",
+                        "numpy<2", "typing_extensions"], check=True)
+    return python
+
+
+@pytest.fixture(scope="module")
+def wam_server(tiny_ckpt, tmp_path_factory):
+    """The tiny WAM, served with room to batch: 8 requests or 100 ms, whichever comes first."""
+    with serving(tmp_path_factory.mktemp("serve"), f"ckpt={tiny_ckpt}", f"EVALUATION.num_inference_steps={STEPS}",
+                 "EVALUATION.replan_steps=4", "MULTIRUN.inference_batch_size=8",
+                 "MULTIRUN.inference_batch_wait_ms=100") as (port, _, log):
+        yield port, log
+
+
+@pytest.fixture(scope="module")
+def local_policy(tiny_ckpt):
+    from agents.wam.inference_config import InferenceConfig
+    from agents.wam.policy import WAMPolicy
+
+    return WAMPolicy.from_checkpoint(tiny_ckpt, InferenceConfig.from_knobs(num_inference_steps=STEPS))
+
+
+def expected_chunk(policy, images: tuple, state, instruction: str, seed: int) -> np.ndarray:
+    from envs.protocol import stack_rows
+
+    row = {"pixels": {"corner": images[0], "gripperPOV": images[1]}, "state": state, "instruction": instruction}
+    return policy.predict(stack_rows([row]), noise_seeds=[seed]).actions[0]
+
+
+# ----------------------------------------------------------------- real clients
+def test_openpi_clients_are_batched_and_answered_as_in_process(wam_server, local_policy, openpi_python, tmp_path):
+    port, _ = wam_server
+    before = stats(port)["broker"]
+    out = tmp_path / "openpi.npz"
+    clients, calls = 6, 2
+    subprocess.run([openpi_python, TESTS / "clients" / "openpi_driver.py", str(port), str(clients), str(calls), out],
+                   check=True, timeout=300)
+    after = stats(port)["broker"]
+    served = after["requests"] - before["requests"]
+    assert served == clients * calls
+    assert served / (after["batches"] - before["batches"]) > 1  # requests of different connections shared model calls
+    with np.load(out, allow_pickle=False) as answers:
+        for c in range(clients):
+            for k in range(calls):
+                got = answers[f"{c}_{k}_actions"]
+                want = expected_chunk(local_policy, (answers[f"{c}_{k}_image"], answers[f"{c}_{k}_wrist_image"]),
+                                      answers[f"{c}_{k}_state"], f"task {c % 2}", 1000 * c + k)
+                assert got.shape == (16, 4) and got.dtype == np.float32
+                np.testing.assert_allclose(got, want, atol=1e-5)  # batched matmuls: last-bit differences only
+                assert answers[f"{c}_{k}_infer_ms"] > 0
+
+
+def test_vla_eval_clients_get_one_action_per_step_from_their_own_chunks(wam_server, local_policy):
+    """vla-eval's Connection asks for one action per step: the server keeps each session's chunk
+    (EVALUATION.replan_steps=4 of each 16) and calls the model only when it is used up."""
+    port, _ = wam_server
+    before = stats(port)
+    sessions, steps = 4, 6
+    rng = np.random.default_rng(1)
+    observations = [[{"images": {"corner": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
+                                 "gripperPOV": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)},
+                      "state": rng.standard_normal(4).astype(np.float32), "task_description": "reach"}
+                     for _ in range(steps)] for _ in range(sessions)]
+    actions = [[] for _ in range(sessions)]
+
+    async def session(s: int) -> None:
+        async with Connection(f"ws://127.0.0.1:{port}", timeout=120) as conn:
+            assert conn.server_info["model_server"] == "wam_gym" and conn.server_info["action_horizon"] == 16
+            await conn.start_episode({"seed": 50 + s})
+            for obs in observations[s]:
+                actions[s].append((await conn.act(obs))["actions"])
+            await conn.end_episode({"success": True})
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for s in range(sessions):
+                group.start_soon(session, s)
+
+    anyio.run(main)
+    after = stats(port)
+    assert after["vla_eval_requests"] - before["vla_eval_requests"] == sessions * steps
+    assert after["vla_eval_episodes"] - before["vla_eval_episodes"] == sessions
+    model_calls = after["broker"]["requests"] - before["broker"]["requests"]
+    assert model_calls == sessions * 2  # steps 0-3 from the first chunk, 4-5 from the second
+    assert model_calls / (after["broker"]["batches"] - before["broker"]["batches"]) > 1
+    for s in range(sessions):
+        for call, first in enumerate((0, 4)):
+            obs = observations[s][first]
+            chunk = expected_chunk(local_policy, (obs["images"]["corner"], obs["images"]["gripperPOV"]), obs["state"],
+                                   "reach", noise_seed(50 + s, call))
+            for step in range(first, min(first + 4, steps)):
+                assert actions[s][step].shape == (4,)
+                np.testing.assert_allclose(actions[s][step], chunk[step - first], atol=1e-5)
+
+
+# ----------------------------------------------------------------- bad input
+BAD_OPENPI = {
+    "not msgpack": (b"\xc1\xc1", "not a msgpack frame"),
+    "a text frame": ("hello", "text frame"),
+    "an object array": (msgpack.packb({"observation/state": {b"__ndarray__": True, b"data": b"", b"dtype": "|O",
+                                                             b"shape": [0]}}), "is not allowed"),
+    "array bytes that lie": (msgpack.packb({"x": {b"__ndarray__": True, b"data": b"1234", b"dtype": "<f4",
+                                                  b"shape": [1000]}}), "has 4 bytes"),
+    "a missing camera": (pack_openpi({k: v for k, v in openpi_obs().items() if k != "observation/wrist_image"}),
+                         "lacks 'observation/wrist_image'"),
+    "a float image": (pack_openpi({**openpi_obs(), "observation/image": np.zeros((64, 64, 3), np.float32)}),
+                      "must be a uint8 (H, W, 3) image"),
+    "a 2-D state": (pack_openpi({**openpi_obs(), "observation/state": np.zeros((2, 4), np.float32)}),
+                    "must be a 1-D numeric array"),
+    "a wrong state size": (pack_openpi(openpi_obs(state_dim=7)), "the model needs float (B, 4)"),
+    "a bad noise seed": (pack_openpi(openpi_obs(noise_seed=-1)), "noise_seed=-1"),
+}
+
+
+def test_a_bad_request_fails_only_its_own_connection(wam_server):
+    """openpi: a one-line text frame, then the connection closes; vla-eval: an error message and the
+    connection stays. A vla-eval session running meanwhile is answered throughout."""
+    port, log = wam_server
+    good = {"images": {"corner": np.zeros((64, 64, 3), np.uint8), "gripperPOV": np.zeros((64, 64, 3), np.uint8)},
+            "state": np.zeros(4, np.float32), "task_description": "reach"}
+
+    async def main() -> None:
+        async with Connection(f"ws://127.0.0.1:{port}", timeout=120) as conn:
+            await conn.start_episode({"seed": 1})
+            for name, (frame, message) in BAD_OPENPI.items():
+                answer, code = await anyio.to_thread.run_sync(openpi_call, port, frame)
+                assert isinstance(answer, str) and answer.startswith("wam_gym.serve: "), name
+                assert message in answer and "\n" not in answer and "Traceback" not in answer, (name, answer)
+                assert code == 1008, name
+                assert (await conn.act(good))["actions"].shape == (4,)
+            for bad, message in (({**good, "state": np.zeros(7, np.float32)}, "the model needs float (B, 4)"),
+                                 ({**good, "images": {"corner": good["images"]["corner"]}}, "lacks 'images.gripperPOV'")):
+                await conn.start_episode({"seed": 2})
+                with pytest.raises(RuntimeError, match="Server error") as error:
+                    await conn.act(bad)
+                assert message in str(error.value)
+                assert (await conn.act(good))["actions"].shape == (4,)  # the same connection goes on
+
+    anyio.run(main)
+    assert "Traceback" not in log.read_text()
+
+
+# ----------------------------------------------------------------- the endpoint
+def test_health_waits_for_the_model_and_the_api_key_gates_the_rest(tmp_path):
+    gate = tmp_path / "gate"
+    with serving(tmp_path, "EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_gated",
+                 "SERVE.cameras=[cam]", "SERVE.api_key=s3cret", "SERVE.max_message_mb=0.01",
+                 env={"WAM_TEST_GATE": str(gate)}, wait_ready=False) as (port, process, log):
+        assert http(port, "/healthz") == (503, '{"status": "loading"}\n')  # the model worker waits for the gate
+        gate.touch()
+        _wait_port(process, tmp_path / "port", log, ready=True)
+        assert http(port, "/healthz")[0] == http(port, "/health")[0] == 200  # no key needed: a readiness probe
+        assert http(port, "/stats")[0] == 401
+        assert http(port, "/stats", {"Authorization": "Api-Key s3cret"})[0] == 200
+        with pytest.raises(InvalidStatus, match="401"):
+            connect(f"ws://127.0.0.1:{port}")
+        with pytest.raises(InvalidStatus, match="401"):
+            connect(f"ws://127.0.0.1:{port}", additional_headers={"Authorization": "Api-Key wrong"})
+        obs = {"observation/image": np.zeros((8, 8, 3), np.uint8), "observation/state": np.ones(3, np.float32),
+               "prompt": "x"}
+        for ws in (connect(f"ws://127.0.0.1:{port}", additional_headers={"Authorization": "Api-Key s3cret"}),
+                   connect(f"ws://127.0.0.1:{port}/?api_key=s3cret")):  # vla-eval's Connection sends no headers
+            with ws:
+                assert unpack(ws.recv())["agent"] == "python"
+                ws.send(pack_openpi(obs))
+                np.testing.assert_array_equal(unpack(ws.recv())["actions"], 1 + np.arange(4, dtype=np.float32)[:, None]
+                                              * np.ones(3, np.float32))
+                ws.send(pack_openpi({**obs, "observation/image": np.zeros((64, 64, 3), np.uint8)}))  # 12 KB > 10 KB
+                with pytest.raises(ConnectionClosed) as closed:
+                    ws.recv()
+                assert closed.value.rcvd.code == 1009  # message too big
+        assert "serving beyond this machine" not in log.read_text()
+
+
+def test_sigterm_answers_the_requests_in_flight_then_exits_leaving_no_process(tmp_path):
+    with serving(tmp_path, "EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_slow",
+                 "SERVE.cameras=[cam]", "SERVE.host=0.0.0.0", env={"WAM_TEST_DELAY_S": "2"}) as (port, process, log):
+        children = psutil.Process(process.pid).children(recursive=True)
+        assert children  # the model worker (and multiprocess's helpers)
+        ws = connect(f"ws://127.0.0.1:{port}")
+        ws.recv()
+        ws.send(pack_openpi({"observation/image": np.zeros((8, 8, 3), np.uint8), "observation/state": np.ones(2),
+                             "prompt": "x"}))
+        while stats(port)["in_flight"] == 0:
+            anyio.run(anyio.sleep, 0.05)
+        process.send_signal(signal.SIGTERM)
+        assert unpack(ws.recv(timeout=60))["actions"].shape == (4, 2)  # answered although the server is stopping
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=60)
+        assert closed.value.rcvd.code == 1001
+        assert process.wait(timeout=60) == 0
+        _, left = psutil.wait_procs(children, timeout=30)  # multiprocess's resource tracker exits on its own
+        assert not left, [c.cmdline() for c in left]
+        text = log.read_text()
+        assert "SERVE.host=0.0.0.0: serving beyond this machine; anyone who can reach it may use the model" in text
+        assert '"openpi_requests": 1' in text  # the final summary
+
+
+def test_bad_configs_are_refused_before_any_worker_starts(tmp_path, tiny_ckpt):
+    def fails(*overrides: str) -> str:
+        result = subprocess.run([sys.executable, "-m", "wam_gym.serve", *overrides], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"})
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        return result.stderr.strip().splitlines()[-1]
+
+    assert "cannot be served" in fails("EVALUATION.agent=random")
+    assert "needs ckpt=" in fails()
+    assert "EVALUATION.policy=pkg.module:factory" in fails("EVALUATION.agent=python")
+    assert "SERVE.cameras" in fails("EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_slow")
+    assert "cannot import nowhere" in fails("EVALUATION.agent=python", "EVALUATION.policy=nowhere:make")
+    assert "SERVE.port=70000" in fails(f"ckpt={tiny_ckpt}", "SERVE.port=70000")
+    assert "name no input of the model" in fails(f"ckpt={tiny_ckpt}", "+SERVE.openpi_keys={pixels.wrist: image}")
