@@ -285,6 +285,15 @@ def test_server_that_never_comes_back_stops_the_run_naming_it(tmp_path, vla_eval
     assert server.url in json.loads((out / "results.json").read_text())["error"]
 
 
+def test_server_error_answer_stops_the_run_with_its_message(tmp_path, vla_eval_server):
+    server, out = vla_eval_server(), tmp_path / "out"
+    config = remote_config(out, server, remote_keys={"state": "proprio"})  # the echo server reads obs["state"]
+    with pytest.raises(EvalError, match=rf"trial 0 failed: PolicyServerError: the policy server at {server.url} "
+                                        r"failed: observation_failed: KeyError: 'state'"):
+        EvalManager(config).run()
+    assert records(out) == {}
+
+
 # ----------------------------------------------------------------- bad inputs, refused before anything runs
 @pytest.mark.parametrize(
     "agent, evaluation, match",

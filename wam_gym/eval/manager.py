@@ -4,7 +4,8 @@ Every finished episode is written at once, atomically, to ``output_dir/episodes/
 started again with the same ``EVALUATION.output_dir`` runs exactly the episodes that have no
 record yet. An actor that dies has its episode retried on a fresh actor (up to
 ``EVALUATION.max_attempts``); a model worker that dies is restarted by the broker and its
-batch resent. Nothing is counted twice: a record, once written, is never replaced.
+batch resent; an episode whose policy server (agent=remote) was lost is rerun from its start,
+also up to ``EVALUATION.max_attempts``. Nothing is counted twice: a record, once written, is never replaced.
 
 Episodes still running when a run stops on an error get ``STOP_GRACE_S`` to finish, and are
 kept. A manager killed outright leaves no half-written record (temp files of interrupted
