@@ -319,3 +319,11 @@ def test_bad_remote_and_python_inputs_are_refused_before_anything_runs(tmp_path,
     with pytest.raises(ValueError, match=match):
         EvalManager(eval_config(tmp_path / "out", agent, **evaluation))
     assert not (tmp_path / "out").exists()
+
+
+def test_results_never_keep_the_api_key(tmp_path):
+    config = eval_config(tmp_path / "out", "remote", remote_url="ws://h:1", remote_api_key="s3cret")
+    composed = {"EVALUATION": {"agent": "remote", "remote_api_key": "s3cret"}}
+    manager = EvalManager(config, composed)
+    assert manager.composed["EVALUATION"]["remote_api_key"] == "<redacted>" and "s3cret" not in str(manager.identity)
+    assert composed["EVALUATION"]["remote_api_key"] == "s3cret"  # the caller's dict is left alone
