@@ -8,7 +8,10 @@ from gymnasium import spaces
 
 from agents.base import Agent
 
-AGENTS = ("wam", "expert", "random")
+AGENTS = ("wam", "python", "remote", "expert", "random")
+# Agents that execute a predictor's action chunks (WAMAgent): a WAM checkpoint, a Policy of the
+# user's own (agents/policy.py), or a policy server; they differ only in who answers predict().
+CHUNK_AGENTS = ("wam", "python", "remote")
 EXPERT_SUITES = ("metaworld",)  # suites with scripted experts
 
 
@@ -21,13 +24,14 @@ def make_agent(
     action_horizon: int | None = None,
     replan_steps: int | None = None,
 ) -> Agent:
-    """``wam``: chunks from ``predictor`` (a WAMPolicy, or a broker client standing in for one);
+    """``wam``, ``python``, ``remote``: chunks from ``predictor`` (a Policy, a broker client
+    standing in for one, or a policy server's client);
     ``expert``: Meta-World's scripted policies; ``random``: uniform actions in ``action_space``
     drawn from ``seed``. ``action_space`` also clips a WAM's actions when given."""
-    if kind == "wam":
+    if kind in CHUNK_AGENTS:
         if predictor is None:
-            raise ValueError("the wam agent needs a predictor (a WAMPolicy or a broker client)")
-        from agents.wam.agent import WAMAgent  # torch: only for WAM agents
+            raise ValueError(f"the {kind} agent needs a predictor (a Policy, a broker client or a remote client)")
+        from agents.wam.agent import WAMAgent
 
         return WAMAgent(predictor, action_horizon, replan_steps, action_space)
     if kind == "expert":

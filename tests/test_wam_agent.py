@@ -95,6 +95,32 @@ def test_replan_steps_clipped_to_horizon_with_a_warning():
         assert WAMAgent(CountingPredictor(), action_horizon=4).replan_steps == 4
 
 
+class ServerPredictor(CountingPredictor):
+    """A remote server: its chunk length is unknown until it answers, and may change per answer."""
+
+    action_horizon = None
+
+    def __init__(self, lengths):
+        super().__init__()
+        self.lengths = iter(lengths)
+
+    def predict(self, obs) -> Prediction:
+        return Prediction(super().predict(obs).actions[:, : next(self.lengths)])
+
+
+def test_unknown_horizon_executes_each_chunk_whole_unless_capped():
+    predictor = ServerPredictor([3, 1, 2])
+    agent = WAMAgent(predictor)
+    assert agent.action_horizon is None and agent.replan_steps is None
+    steps = [agent.act(batch([0.0]))[0, :2].tolist() for _ in range(6)]
+    assert steps == [[0, 0], [0, 1], [0, 2], [1, 0], [2, 0], [2, 1]]  # (call, index in its chunk)
+    capped = WAMAgent(ServerPredictor([6, 6]), replan_steps=4)  # EVALUATION.replan_steps caps any chunk
+    assert [capped.act(batch([0.0]))[0, 0] for _ in range(5)] == [0, 0, 0, 0, 1]
+    assert WAMAgent(ServerPredictor([]), action_horizon=2).replan_steps == 2
+    with pytest.raises(ValueError, match="action_horizon=0"):
+        WAMAgent(ServerPredictor([]), action_horizon=0)
+
+
 def test_actions_clipped_to_the_action_space():
     agent = WAMAgent(CountingPredictor(), replan_steps=2, action_space=gym.spaces.Box(-1, 1, (4,), np.float32))
     agent.act(batch([5.0]))

@@ -1,7 +1,9 @@
 """A World Action Model as an agent: action chunks, executed from per-env queues.
 
 The model predicts ``action_horizon`` actions; the agent executes the first
-``replan_steps`` of them, then asks again. Each env of a batch has its own queue, so envs
+``replan_steps`` of them, then asks again. A predictor whose ``action_horizon`` is None (a
+remote policy server, whose chunk length is known only from its answers) has every chunk
+executed whole, unless ``action_horizon``/``replan_steps`` cap it. Each env of a batch has its own queue, so envs
 reset at different times replan at different steps, and only the envs whose queue ran dry
 send their observation to the model (through any object with ``predict(obs) -> Prediction``:
 a local :class:`WAMPolicy`, or the inference broker's client).
@@ -18,12 +20,12 @@ import numpy as np
 from gymnasium import spaces
 
 from agents.base import Agent
-from agents.wam.policy import Prediction
+from agents.policy import Prediction  # not agents.wam.policy: no torch for remote/python agents
 from envs.protocol import batch_size, select_rows, stack_rows
 
 
 class Predictor(Protocol):
-    action_horizon: int
+    action_horizon: int | None  # None: unknown until it answers (execute each chunk whole)
 
     def predict(self, obs: Mapping[str, Any]) -> Prediction: ...
 
@@ -68,7 +70,7 @@ class WAMAgent(Agent):
     def _plan(self, obs: Mapping[str, Any], env_ids: list[int]) -> None:
         prediction = self.predictor.predict(obs)
         self.num_model_calls += 1
-        chunk = prediction.actions[:, : self.replan_steps]
+        chunk = prediction.actions[:, : self.replan_steps]  # replan_steps None: the whole chunk
         if self.action_space is not None:
             chunk = np.clip(chunk, self.action_space.low, self.action_space.high)
         for row, env_id in enumerate(env_ids):
@@ -82,20 +84,24 @@ def _as_batch(obs: Mapping[str, Any]) -> tuple[Mapping[str, Any], int, bool]:
     return (stack_rows([obs]), 1, True) if n is None else (obs, n, False)
 
 
-def _horizon(requested: int | None, model_horizon: int) -> int:
+def _horizon(requested: int | None, model_horizon: int | None) -> int | None:
     if requested is None:
         return model_horizon
+    if model_horizon is None:  # unknown: the request caps whatever the chunks turn out to be
+        if requested < 1:
+            raise ValueError(f"action_horizon={requested} must be >= 1")
+        return requested
     if not 1 <= requested <= model_horizon:
         raise ValueError(f"action_horizon={requested}: the model predicts 1..{model_horizon} actions per call")
     return requested
 
 
-def _replan_steps(requested: int | None, horizon: int) -> int:
+def _replan_steps(requested: int | None, horizon: int | None) -> int | None:
     if requested is None:
         return horizon
     if requested < 1:
         raise ValueError(f"replan_steps={requested} must be >= 1")
-    if requested > horizon:
+    if horizon is not None and requested > horizon:
         warnings.warn(f"replan_steps={requested} > action_horizon={horizon}: clipped to {horizon}", stacklevel=3)
         return horizon
     return requested

@@ -2,7 +2,9 @@
 
 Envs are built lazily inside the actor (never in the manager: no GL context there, and no
 memory for suites nobody asked for) and kept per task. A WAM agent's model calls go to
-the broker through a :class:`~wam_gym.broker.BrokerClient`.
+the broker through a :class:`~wam_gym.broker.BrokerClient`; a remote agent's to a policy server
+through its own :class:`~wam_gym.remote.RemotePolicy`. A policy server lost mid-episode is
+reported as ``retry``: the manager reruns the episode, it is no failure.
 
 Jobs come in and results go out on two pipes of the actor's own, so a SIGKILL of one actor
 can only break its own channel. When the manager dies (SIGKILL) the actor stops too: at once
@@ -23,8 +25,10 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent, run_episode
+from agents.factory import CHUNK_AGENTS
 from envs.protocol import PIXELS
 from wam_gym.eval.tasks import Job
+from wam_gym.remote import PolicyServerLost, RemotePolicy, RemoteSettings
 from wam_gym.results import EpisodeRecord, task_slug
 from wam_gym.utils.video import EpisodeVideo, future_panel, tile
 
@@ -33,7 +37,7 @@ from wam_gym.utils.video import EpisodeVideo, future_panel, tile
 class ActorSpec:
     """Everything an actor needs, sent to it once (picklable)."""
 
-    agent: str  # wam | expert | random
+    agent: str  # wam | python | remote | expert | random
     output_dir: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
@@ -43,6 +47,7 @@ class ActorSpec:
     visualize_future_video: bool = False
     video_camera: str | None = None
     video_fps: int = 20
+    remote: RemoteSettings | None = None  # agent=remote: the policy server
 
 
 # At most one heartbeat this often: cheap next to an env step, and far finer than EVALUATION.actor_stall_s.
@@ -71,12 +76,14 @@ class _Actor:
     def __init__(self, actor_id: int, spec: ActorSpec, client, beat=lambda: None):
         self.actor_id, self.spec, self.client, self.beat = actor_id, spec, client, beat
         self.manager = os.getppid()
-        if client is not None:
-            client.on_wait = beat  # waiting for the model is no stall of ours (the broker watches the model)
+        # Who answers a chunk agent's model calls: the broker (wam, python) or a policy server (remote).
+        self.predictor = RemotePolicy(spec.remote) if spec.agent == "remote" else client
+        if self.predictor is not None:
+            self.predictor.on_wait = beat  # waiting for the model is no stall of ours (the broker watches the model)
         self.envs: dict[str, Any] = {}
         # One agent for every episode, but a random agent is made per episode, seeded by it.
         self.agent = None if spec.agent == "random" else make_agent(
-            spec.agent, predictor=client, action_horizon=spec.action_horizon, replan_steps=spec.replan_steps
+            spec.agent, predictor=self.predictor, action_horizon=spec.action_horizon, replan_steps=spec.replan_steps
         )
 
     def env(self, job: Job):
@@ -97,6 +104,8 @@ class _Actor:
             max_steps=self.spec.max_episode_steps,  # null: the suite's limit (0 is refused by the config)
             observe=self._stop_if_manager_gone, after_act=video,
         )
+        if hasattr(self.predictor, "end_episode"):  # a policy server hears how its episode ended
+            self.predictor.end_episode(episode.success)
         record = EpisodeRecord(
             task=job.task.name, trial=job.trial, seed=job.seed, success=episode.success, steps=episode.steps,
             reward=episode.reward, init_state_id=episode.info.get("init_state_id"),
@@ -117,14 +126,19 @@ class _Actor:
     def _episode_agent(self, env, job: Job):
         if self.agent is None:
             return make_agent("random", action_space=env.action_space, seed=job.seed)
-        if self.spec.agent == "wam":
+        if self.spec.agent in CHUNK_AGENTS:
             self.agent.action_space = env.action_space
-            self.client.begin_episode(job.seed)
+            if isinstance(self.predictor, RemotePolicy):  # (re)connects; tells the server the task
+                self.predictor.begin_episode(job.seed, job.task.name)
+            else:
+                self.predictor.begin_episode(job.seed)
         return self.agent
 
     def close(self) -> None:
         for env in self.envs.values():
             env.close()
+        if isinstance(self.predictor, RemotePolicy):
+            self.predictor.close()
 
 
 class _VideoRecorder:
@@ -156,7 +170,8 @@ class _VideoRecorder:
         future = None if prediction is None else prediction.video
         if future is not None:
             # Frame 0 reconstructs the present; frames 1.. span the action chunk.
-            offset = 1 + self._since_plan * (len(future) - 1) // max(1, self.agent.action_horizon)
+            horizon = self.agent.action_horizon or len(prediction.actions)  # None: a remote chunk, executed whole
+            offset = 1 + self._since_plan * (len(future) - 1) // max(1, horizon)
             return future_panel(frame, future, offset)
         return future_panel(frame, None, 0)
 
@@ -172,6 +187,8 @@ def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
                 message = ("done", actor_id, actor.run(job))
             except ManagerGone:
                 return
+            except PolicyServerLost as exc:  # not the episode's fault: the manager reruns it
+                message = ("retry", actor_id, (job, str(exc)))
             except Exception as exc:
                 message = ("error", actor_id, (job, type(exc).__name__, str(exc), traceback.format_exc()))
             results.send(message)

@@ -59,7 +59,7 @@ class EvaluationConfig:
     video_camera: str | None = None  # null: all cameras side by side
     video_fps: int = 20  # of the saved mp4s
     tensorboard: bool = True  # success and cost scalars under output_dir/tensorboard
-    max_attempts: int = 3  # tries per episode when workers die
+    max_attempts: int = 3  # tries per episode when workers die or the policy server (agent=remote) is lost
     actor_stall_s: float | None = 600.0  # no progress (env step, model wait) this long: actor killed, episode retried; null: off
     allow_resume_mismatch: bool = False  # resume an output_dir whose episodes ran with other settings (recorded)
 

@@ -4,7 +4,8 @@ Every finished episode is written at once, atomically, to ``output_dir/episodes/
 started again with the same ``EVALUATION.output_dir`` runs exactly the episodes that have no
 record yet. An actor that dies has its episode retried on a fresh actor (up to
 ``EVALUATION.max_attempts``); a model worker that dies is restarted by the broker and its
-batch resent. Nothing is counted twice: a record, once written, is never replaced.
+batch resent; an episode whose policy server (agent=remote) was lost is rerun from its start,
+also up to ``EVALUATION.max_attempts``. Nothing is counted twice: a record, once written, is never replaced.
 
 Episodes still running when a run stops on an error get ``STOP_GRACE_S`` to finish, and are
 kept. A manager killed outright leaves no half-written record (temp files of interrupted
@@ -33,6 +34,7 @@ from wam_gym.eval.config import EvalConfig
 from wam_gym.eval.errors import EvalError
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, Job, plan, resolve_tasks
 from wam_gym.policies import SERVED_AGENTS, policy_factory
+from wam_gym.remote import RemoteSettings
 from wam_gym.results import (
     EPISODES_DIR,
     EpisodeRecord,
@@ -199,7 +201,7 @@ class EvalManager:
     written); :meth:`run` takes the output dir's lock and runs what is missing."""
 
     def __init__(self, config: EvalConfig, composed: dict | None = None):
-        self.config, self.composed = config, composed or {}
+        self.config, self.composed = config, _redacted(composed or {})
         ev, mr = config.EVALUATION, config.MULTIRUN
         if ev.agent not in AGENTS:
             raise ValueError(f"EVALUATION.agent={ev.agent!r}: choose one of {AGENTS}")
@@ -220,6 +222,10 @@ class EvalManager:
         self.image_resized = False
         if ev.agent == "wam":
             self._check_checkpoint()
+        elif ev.agent == "python":
+            preflight.check_python_policy(ev)
+        elif ev.agent == "remote":
+            preflight.check_remote(ev, self.tasks, self.env_kwargs)
         preflight.check_video_camera(ev.video_camera, self.tasks, self.env_kwargs)
         self.identity = rundir.run_identity(config, self.env_kwargs, self.ckpt, self.stats)
         self.resume_mismatch: list[dict[str, Any]] = []
@@ -281,6 +287,7 @@ class EvalManager:
             max_episode_steps=ev.max_episode_steps, action_horizon=ev.action_horizon, replan_steps=ev.replan_steps,
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
             video_camera=ev.video_camera, video_fps=ev.video_fps,
+            remote=RemoteSettings.from_evaluation(ev) if ev.agent == "remote" else None,
         )
 
     def _broker(self, ctx) -> InferenceBroker | None:
@@ -307,7 +314,7 @@ class EvalManager:
                 for actor_id in actors.idle():
                     if todo:
                         actors.assign(actor_id, todo.popleft())
-                self._collect(actors, actors.poll(timeout=0.5), bar)
+                self._collect(actors, actors.poll(timeout=0.5), bar, todo)
                 self._retry_lost(actors, todo, bar)
                 if broker:
                     broker.check()
@@ -320,8 +327,8 @@ class EvalManager:
                 self.broker_stats = broker.stats.summary()
                 broker.close()
 
-    def _collect(self, actors: ActorPool, messages: list, bar) -> None:
-        """Write every finished episode, then raise for the first failed one (if any)."""
+    def _collect(self, actors: ActorPool, messages: list, bar, todo: deque[Job]) -> None:
+        """Write every finished episode, queue the reruns, then raise for the first failed one (if any)."""
         errors = [payload for kind, _, payload in messages if kind == "error"]
         for kind, actor_id, payload in messages:
             if kind == "done":
@@ -329,6 +336,9 @@ class EvalManager:
                 record: EpisodeRecord = payload
                 if self.store.write(record):
                     bar.update(1)
+            elif kind == "retry":  # the policy server was lost mid-episode: no failure, run it again
+                actors.release(actor_id)
+                self._rerun(*payload, todo)
         if errors:
             job, error_type, message, trace = errors[0]
             logger.error("episode %s trial %d failed:\n%s", job.task.name, job.trial, trace)
@@ -347,7 +357,7 @@ class EvalManager:
     def _retry_lost(self, actors: ActorPool, todo: deque[Job], bar) -> None:
         max_attempts = self.config.EVALUATION.max_attempts
         lost, late = actors.reap()
-        self._collect(actors, late, bar)  # a record sent just before dying is kept, not rerun
+        self._collect(actors, late, bar, todo)  # a record sent just before dying is kept, not rerun
         for job in lost:
             if job is not None and job.key not in self.store.done():
                 if job.attempts >= max_attempts:
@@ -356,6 +366,15 @@ class EvalManager:
                 todo.appendleft(Job(job.task, job.trial, job.seed, job.attempts + 1))
             if todo:
                 actors.spawn()
+
+    def _rerun(self, job: Job, why: str, todo: deque[Job]) -> None:
+        url = self.config.EVALUATION.remote_url
+        if job.attempts >= self.config.EVALUATION.max_attempts:
+            raise EvalError(f"{job.task.name} trial {job.trial}: lost the policy server at {url} {job.attempts} times "
+                            f"(EVALUATION.max_attempts), last: {why}. Start the server, then run again with "
+                            f"EVALUATION.output_dir={self.output_dir} to resume")
+        logger.warning("%s trial %d: %s; running the episode again", job.task.name, job.trial, why)
+        todo.appendleft(Job(job.task, job.trial, job.seed, job.attempts + 1))
 
     # ----------------------------------------------------------------- report
     def _report(self, wall_time_s: float, error: str | None) -> dict[str, Any]:
@@ -402,3 +421,11 @@ class EvalManager:
         task, trial = missing[0]
         return (f"{len(missing)} of {len(keys)} planned episodes have no record (first: {task} trial {trial}); "
                 f"run again with EVALUATION.output_dir={self.output_dir} to run them")
+
+
+def _redacted(composed: dict) -> dict:
+    """The composed config as results.json keeps it, without the policy server's api key."""
+    evaluation = composed.get("EVALUATION")
+    if isinstance(evaluation, dict) and evaluation.get("remote_api_key"):
+        return {**composed, "EVALUATION": {**evaluation, "remote_api_key": "<redacted>"}}
+    return composed

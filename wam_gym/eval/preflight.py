@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.contract import parse_image_size
+from envs.protocol import INSTRUCTION, PIXELS, STATE
 from envs.registry import suite_of
 
 CONFIG_FILE = "wam_config.json"  # agents.wam.checkpoint.CONFIG_FILE (that module imports diffusers)
@@ -187,3 +188,50 @@ def served_checkpoint(ckpt: str | None, evaluation):
     model = load_model_config(root / CONFIG_FILE)
     check_against_model(evaluation, model)
     return root, model, dataset_stats(root, evaluation.dataset_stats_path, model)
+
+
+# ----------------------------------------------------------------- agent=python, agent=remote
+def check_python_policy(evaluation) -> None:
+    """``EVALUATION.policy`` names an importable factory (its model workers would fail on it later)."""
+    from agents.policy import load_policy_factory
+
+    if not evaluation.policy:
+        raise ValueError("EVALUATION.agent=python needs EVALUATION.policy=pkg.module:factory, a callable "
+                         "factory(device) that returns a Policy (see agents/policy.py)")
+    load_policy_factory(evaluation.policy)  # its ValueError names the fix
+
+
+def check_remote(evaluation, tasks, env_kwargs: dict[str, Any]) -> None:
+    """The EVALUATION.remote_* knobs: every actor would otherwise fail on them, or wait in vain."""
+    from urllib.parse import urlparse
+
+    from wam_gym.keymap import default_keys
+    from wam_gym.wire import PROTOCOLS
+
+    url = evaluation.remote_url
+    if not url:
+        raise ValueError("EVALUATION.agent=remote needs EVALUATION.remote_url=ws://host:port, the address of an "
+                         "openpi or vla-eval policy server")
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"EVALUATION.remote_url={url!r}: {exc}; write it as ws://host:port") from None
+    if parsed.scheme not in ("ws", "wss") or not parsed.hostname:
+        raise ValueError(f"EVALUATION.remote_url={url!r}: write it as ws://host:port (or wss://host:port)")
+    if evaluation.remote_protocol not in PROTOCOLS:
+        raise ValueError(f"EVALUATION.remote_protocol={evaluation.remote_protocol!r}: choose one of {list(PROTOCOLS)}")
+    if not evaluation.remote_timeout_s > 0:
+        raise ValueError(f"EVALUATION.remote_timeout_s={evaluation.remote_timeout_s!r} must be > 0 (seconds)")
+    keys = evaluation.remote_keys or {}
+    for contract, wire in keys.items():
+        if not isinstance(wire, str) or not wire:
+            raise ValueError(f"EVALUATION.remote_keys.{contract}={wire!r}: give the key the server expects, a string")
+    for task in tasks:
+        cameras = env_cameras(task.env_id, env_kwargs)
+        known = set(default_keys(evaluation.remote_protocol, cameras or ()))
+        # Cameras only the built env knows: its pixels.* entries are checked by the actor (keymap.key_map).
+        unknown = sorted(k for k in keys if k not in known and not (cameras is None and k.startswith(f"{PIXELS}.")))
+        if unknown:
+            raise ValueError(f"EVALUATION.remote_keys maps {unknown}, which {task.name} does not observe; map any of "
+                             f"{sorted(known)} ({PIXELS}.<camera>, {STATE}, {INSTRUCTION})")

@@ -119,6 +119,10 @@ def run_identity(config, env_kwargs: dict[str, Any], ckpt: Path | None, stats: P
         identity["EVALUATION.dataset_stats_path"] = {
             "path": str(stats), "fingerprint": hashlib.sha256(stats.read_bytes()).hexdigest()}
         identity.update({f"EVALUATION.{name}": getattr(ev, name) for name in INFERENCE_FIELDS})
+    elif ev.agent == "python":
+        identity["EVALUATION.policy"] = ev.policy
+    elif ev.agent == "remote":  # not the url: a server moves, and the url never said which model it serves
+        identity.update({"EVALUATION.remote_protocol": ev.remote_protocol, "EVALUATION.remote_keys": ev.remote_keys})
     return json.loads(json.dumps(identity, sort_keys=True, default=str))  # as it reads back from the file
 
 

@@ -1,0 +1,249 @@
+"""``EVALUATION.agent=remote``: a policy server (openpi or vla-eval protocol) as a WAMAgent predictor.
+
+:class:`RemotePolicy` is a synchronous WebSocket client, one per rollout actor, one round trip
+per observation row. The server's chunk length is unknown until it answers, so ``action_horizon``
+is None (each chunk is executed whole) unless the server's metadata names one.
+
+Failures fall in two kinds, because they call for opposite handling:
+
+- :class:`PolicyServerLost`: the server cannot be reached for ``remote_timeout_s``, drops the
+  connection, or goes silent. The episode cannot go on (a vla-eval server's episode state, an
+  openpi server's history, are gone with the connection), so the actor reports it and the
+  manager reruns the episode from its start: a restart of the server costs no episode.
+- :class:`PolicyServerError`: the server answered with an error (an observation it refuses,
+  a malformed answer, a rejected api key). Rerunning would fail the same way: the run stops.
+
+Frames are decoded only by wam_gym.wire (msgpack, never pickle).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agents.policy import Prediction, as_prediction
+from envs.protocol import INSTRUCTION, PIXELS, batch_size, take_row
+from wam_gym import __version__
+from wam_gym.broker import noise_seed
+from wam_gym.keymap import key_map, to_wire
+from wam_gym.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, Message, WireError, as_message, pack_openpi, unpack
+
+# How often a waiting client wakes up to call its on_wait hook (the actor's heartbeat).
+WAIT_SLICE_S = 1.0
+MAX_BACKOFF_S = 2.0  # longest pause between connection attempts while a server restarts
+
+
+class PolicyServerLost(ConnectionError):
+    """The server is unreachable, dropped the connection or went silent: rerun the episode."""
+
+
+class PolicyServerError(RuntimeError):
+    """The server answered with an error: a real one, rerunning would not help."""
+
+
+@dataclass
+class RemoteSettings:
+    """The EVALUATION.remote_* knobs an actor needs (picklable)."""
+
+    url: str  # ws://host:port or wss://host:port
+    protocol: str = OPENPI  # openpi | vla-eval
+    keys: dict[str, str] = field(default_factory=dict)  # {contract key: wire key} overrides (wam_gym/keymap.py)
+    api_key: str | None = None  # openpi's "Authorization: Api-Key <key>" header
+    timeout_s: float = 300.0  # longest wait for one answer, and for an unreachable server
+
+    @classmethod
+    def from_evaluation(cls, ev) -> RemoteSettings:
+        return cls(ev.remote_url, ev.remote_protocol, dict(ev.remote_keys), ev.remote_api_key, ev.remote_timeout_s)
+
+
+class RemotePolicy:
+    """A policy server's client with the predictor interface of :class:`agents.wam.WAMAgent`."""
+
+    def __init__(self, settings: RemoteSettings):
+        self.settings = settings
+        self.action_horizon: int | None = None  # from the server's metadata, when it names one
+        self.metadata: dict[str, Any] = {}
+        self.on_wait = None  # called about once a second while waiting (the actor's heartbeat)
+        self._ws = None
+        self._seq = 0
+        self._keys: dict[tuple[str, ...], dict[str, str]] = {}  # per camera tuple
+        self.episode_seed, self._calls, self._task, self._started = 0, 0, None, False
+
+    # ----------------------------------------------------------------- episodes
+    def begin_episode(self, seed: int, task: str | None = None) -> None:
+        """Connect (again) if needed: a server that stays away raises PolicyServerLost."""
+        self.episode_seed, self._calls, self._task, self._started = seed, 0, task, False
+        self._connect()
+
+    def end_episode(self, success: bool) -> None:
+        if self.settings.protocol == VLA_EVAL and self._started and self._ws is not None:
+            try:  # the result is ours already: a server gone by now changes nothing
+                self._send_message("episode_end", {"success": bool(success)})
+            except PolicyServerLost:
+                pass
+        self._started = False
+
+    def close(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            try:
+                ws.close()  # waits at most close_timeout for a silent server
+            except Exception:  # noqa: BLE001 - the socket is gone either way
+                pass
+
+    # ----------------------------------------------------------------- predict
+    def predict(self, obs, noise_seeds=None) -> Prediction:
+        n = batch_size(obs)
+        if noise_seeds is None:  # as the broker does: a function of the episode, so a rerun gets the same noise
+            noise_seeds = [noise_seed(self.episode_seed, self._calls, row) for row in range(n)]
+        self._calls += 1
+        if self._ws is None:  # used without begin_episode; a connection lost mid-episode raised already
+            self._connect()
+        return Prediction.stack([self._ask(take_row(obs, row), int(noise_seeds[row])) for row in range(n)])
+
+    def _ask(self, row: dict[str, Any], seed: int) -> Prediction:
+        wire = to_wire(row, self._key_map(row))
+        if self.settings.protocol == OPENPI:
+            wire["noise_seed"] = seed  # our extension: wam_gym.serve samples with it, other servers ignore it
+            self._send(pack_openpi(wire))
+            answer = self._recv()
+            if isinstance(answer, str):  # openpi's server sends its error as a text frame, then closes
+                self.close()
+                raise PolicyServerError(f"the policy server at {self.settings.url} failed: {answer.strip()}")
+            return self._prediction(self._decode(answer))
+        if not self._started:  # the instruction is known only now, from the first observation
+            self._send_message("episode_start", {"task": {"name": self._task, "instruction": row[INSTRUCTION]},
+                                                 "seed": self.episode_seed})
+            self._started = True
+        seq = self._send_message("observation", wire)
+        while True:
+            message = as_message(self._decode(self._recv()))
+            if message is None:
+                raise PolicyServerError(f"the policy server at {self.settings.url} sent a frame that is no vla-eval "
+                                        "message; set EVALUATION.remote_protocol=openpi if it is an openpi server")
+            if message.type == "error":
+                raise PolicyServerError(f"the policy server at {self.settings.url} failed: "
+                                        f"{message.payload.get('error', message.payload)}")
+            if message.type == "action" and message.seq == seq:
+                return self._prediction(message.payload)
+
+    def _key_map(self, row: dict[str, Any]) -> dict[str, str]:
+        cameras = tuple(row[PIXELS])  # in the env's order: the first is openpi's observation/image
+        if cameras not in self._keys:
+            self._keys[cameras] = key_map(self.settings.protocol, cameras, self.settings.keys)
+        return self._keys[cameras]
+
+    def _prediction(self, answer: Any) -> Prediction:
+        """An answer's ``actions``, (H, A) or one action (A,), as a one-row Prediction."""
+        if not isinstance(answer, dict) or "actions" not in answer:
+            keys = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
+            raise PolicyServerError(f"the policy server at {self.settings.url} answered without 'actions' ({keys})")
+        actions = np.asarray(answer["actions"])
+        actions = actions[None] if actions.ndim == 1 else actions
+        if self.action_horizon is not None:
+            actions = actions[: self.action_horizon]
+        try:
+            return as_prediction(actions[None], 1).row(0)
+        except ValueError as exc:
+            raise PolicyServerError(f"the policy server at {self.settings.url}: {exc}") from None
+
+    # ----------------------------------------------------------------- the connection
+    def _connect(self) -> None:
+        """Open a connection unless one is open, retrying with backoff for ``timeout_s``."""
+        from websockets.exceptions import InvalidStatus
+        from websockets.protocol import State
+        from websockets.sync.client import connect
+
+        if self._ws is not None and self._ws.state is State.OPEN:
+            return
+        self.close()
+        url, timeout = self.settings.url, self.settings.timeout_s
+        headers = {"Authorization": f"Api-Key {self.settings.api_key}"} if self.settings.api_key else None
+        deadline, delay = time.monotonic() + timeout, 0.1
+        while True:
+            try:
+                # No pings: a server busy in a long model call (holding its GIL) must not look dead.
+                self._ws = connect(url, compression=None, max_size=None, ping_interval=None, additional_headers=headers,
+                                   open_timeout=max(1.0, min(10.0, deadline - time.monotonic())), close_timeout=1.0)
+                break
+            except InvalidStatus as exc:
+                if exc.response.status_code in (401, 403):
+                    raise PolicyServerError(f"the policy server at {url} refused the connection "
+                                            f"(HTTP {exc.response.status_code}): set EVALUATION.remote_api_key") from None
+                error: Exception = exc
+            except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, a handshake cut short
+                error = exc
+            if time.monotonic() + delay > deadline:
+                raise PolicyServerLost(f"the policy server at {url} is unreachable for {timeout:g} s "
+                                       f"(EVALUATION.remote_timeout_s): {error}")
+            self._sleep(delay)
+            delay = min(2 * delay, MAX_BACKOFF_S)
+        self._seq = 0
+        self._handshake()
+
+    def _handshake(self) -> None:
+        """openpi: the server speaks first (its metadata); vla-eval: HELLO, answered by one HELLO."""
+        if self.settings.protocol == VLA_EVAL:
+            self._send_message("hello", {"harness_version": f"wam_gym {__version__}",
+                                         "protocol_version": VLA_EVAL_PROTOCOL_VERSION})
+        frame = self._recv(hint=" (set EVALUATION.remote_protocol=vla-eval if it is a vla-eval server)"
+                           if self.settings.protocol == OPENPI else "")
+        if isinstance(frame, str):
+            raise PolicyServerError(f"the policy server at {self.settings.url} failed: {frame.strip()}")
+        metadata = self._decode(frame)
+        if self.settings.protocol == VLA_EVAL:
+            message = as_message(metadata)
+            if message is None or message.type != "hello":
+                raise PolicyServerError(f"the policy server at {self.settings.url} did not answer HELLO; set "
+                                        "EVALUATION.remote_protocol=openpi if it is an openpi server")
+            metadata = message.payload
+        self.metadata = metadata if isinstance(metadata, dict) else {}
+        horizon = self.metadata.get("action_horizon")
+        self.action_horizon = horizon if isinstance(horizon, int) and not isinstance(horizon, bool) and horizon > 0 \
+            else None
+
+    def _send_message(self, kind: str, payload: dict[str, Any]) -> int:
+        self._seq += 1
+        self._send(Message(kind, payload, self._seq).pack())
+        return self._seq
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self._ws.send(data)
+        except Exception as exc:  # ConnectionClosed, or the socket's own error
+            self._lost(f"the connection to the policy server at {self.settings.url} dropped ({exc})")
+
+    def _recv(self, hint: str = "") -> bytes | str:
+        """The next frame, waiting up to ``timeout_s`` (calling on_wait meanwhile)."""
+        deadline = time.monotonic() + self.settings.timeout_s
+        while True:
+            try:
+                return self._ws.recv(timeout=max(0.0, min(WAIT_SLICE_S, deadline - time.monotonic())))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    self._lost(f"the policy server at {self.settings.url} sent no answer in {self.settings.timeout_s:g} "
+                               f"s (EVALUATION.remote_timeout_s){hint}")
+                if self.on_wait is not None:
+                    self.on_wait()
+            except Exception as exc:  # ConnectionClosed: the server went away
+                self._lost(f"the connection to the policy server at {self.settings.url} dropped ({exc})")
+
+    def _decode(self, frame: bytes | str) -> Any:
+        try:
+            return unpack(frame)
+        except WireError as exc:
+            raise PolicyServerError(f"the policy server at {self.settings.url} sent a bad frame: {exc}") from None
+
+    def _lost(self, why: str):
+        self.close()
+        raise PolicyServerLost(why)
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, WAIT_SLICE_S))
+            if self.on_wait is not None:
+                self.on_wait()
