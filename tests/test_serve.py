@@ -324,3 +324,33 @@ def test_bad_configs_are_refused_before_any_worker_starts(tmp_path, tiny_ckpt):
     assert "cannot import nowhere" in fails("EVALUATION.agent=python", "EVALUATION.policy=nowhere:make")
     assert "SERVE.port=70000" in fails(f"ckpt={tiny_ckpt}", "SERVE.port=70000")
     assert "name no input of the model" in fails(f"ckpt={tiny_ckpt}", "+SERVE.openpi_keys={pixels.wrist: image}")
+
+
+# ----------------------------------------------------------------- our harness as a client
+@pytest.mark.parametrize("protocol", ["openpi", "vla-eval"])
+def test_eval_of_the_served_model_equals_eval_in_process(wam_server, tiny_ckpt, tmp_path, protocol):
+    """EVALUATION.agent=remote against wam_gym.serve runs the episodes that agent=wam runs with the
+    checkpoint in-process: the same seeds reach the same sampling noise over the wire."""
+    from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
+    from wam_gym.eval.manager import EvalManager
+    from wam_gym.results import ResultStore
+
+    port, _ = wam_server
+
+    def evaluate(name: str, **evaluation) -> list:
+        cfg = EvalConfig(
+            ckpt=str(tiny_ckpt) if evaluation["agent"] == "wam" else None,
+            env_kwargs={"cameras": ["corner", "gripperPOV"], "image_size": [64, 64]},
+            EVALUATION=EvaluationConfig(num_trials=2, seed=3, max_episode_steps=10, replan_steps=4,
+                                        num_inference_steps=STEPS, output_dir=str(tmp_path / name), tensorboard=False,
+                                        **evaluation),
+            MULTIRUN=MultirunConfig(task_sets=["wam_gym/MetaWorld-reach-v3"], env_num_per_worker=2),
+        )
+        summary = EvalManager(cfg).run()
+        assert summary["complete"] and summary["error"] is None
+        return sorted(ResultStore(tmp_path / name).records(), key=lambda r: r.trial)
+
+    remote = evaluate("remote", agent="remote", remote_url=f"ws://127.0.0.1:{port}", remote_protocol=protocol)
+    local = evaluate("local", agent="wam")
+    assert [(r.trial, r.steps, r.success) for r in remote] == [(r.trial, r.steps, r.success) for r in local]
+    np.testing.assert_allclose([r.reward for r in remote], [r.reward for r in local], rtol=1e-3)

@@ -42,12 +42,14 @@ def default_keys(protocol: str, cameras: Sequence[str]) -> dict[str, str]:
     raise ValueError(f"protocol {protocol!r}: choose one of {PROTOCOLS}")
 
 
-def key_map(protocol: str, cameras: Sequence[str], overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The defaults with ``overrides`` applied; an override of a key the model does not take is refused."""
+def key_map(protocol: str, cameras: Sequence[str], overrides: Mapping[str, str] | None = None,
+            knob: str = "the key map") -> dict[str, str]:
+    """The defaults with ``overrides`` (the knob ``knob``) applied; an override of a key the model
+    does not take is refused."""
     keys = default_keys(protocol, cameras)
     unknown = sorted(set(overrides or {}) - set(keys))
     if unknown:
-        raise ValueError(f"key map entries {unknown} name no input of the model; its inputs are {sorted(keys)}")
+        raise ValueError(f"{knob} maps {unknown}, which name no input of the model; map any of {sorted(keys)}")
     return {**keys, **(overrides or {})}
 
 

@@ -133,7 +133,7 @@ class RemotePolicy:
     def _key_map(self, row: dict[str, Any]) -> dict[str, str]:
         cameras = tuple(row[PIXELS])  # in the env's order: the first is openpi's observation/image
         if cameras not in self._keys:
-            self._keys[cameras] = key_map(self.settings.protocol, cameras, self.settings.keys)
+            self._keys[cameras] = key_map(self.settings.protocol, cameras, self.settings.keys, "EVALUATION.remote_keys")
         return self._keys[cameras]
 
     def _prediction(self, answer: Any) -> Prediction:

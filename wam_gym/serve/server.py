@@ -148,7 +148,8 @@ class PolicyServer:
 
     def __init__(self, config: ServeConfig, broker: InferenceBroker, cameras: list[str], metadata: dict[str, Any]):
         self.config, self.broker, s = config, broker, config.SERVE
-        self.keys = {OPENPI: key_map(OPENPI, cameras, s.openpi_keys), VLA_EVAL: key_map(VLA_EVAL, cameras, s.vla_eval_keys)}
+        self.keys = {OPENPI: key_map(OPENPI, cameras, s.openpi_keys, KNOBS[OPENPI]),
+                     VLA_EVAL: key_map(VLA_EVAL, cameras, s.vla_eval_keys, KNOBS[VLA_EVAL])}
         self.metadata = {**metadata, "cameras": list(cameras), "keys": self.keys}
         self.episode_seeds = itertools.count(config.EVALUATION.seed)
         self.session_ids = itertools.count()
