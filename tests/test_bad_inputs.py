@@ -268,6 +268,35 @@ def eval_manager(ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym
     return trigger
 
 
+def serve_config(**evaluation) -> Callable[[Ctx], object]:
+    """``python -m wam_gym.serve``'s checks, run before any model worker starts."""
+
+    def trigger(ctx: Ctx):
+        from wam_gym.eval.config import EvaluationConfig
+        from wam_gym.serve.__main__ import build_server
+        from wam_gym.serve.config import ServeConfig
+
+        build_server(ServeConfig(EVALUATION=EvaluationConfig(output_dir=str(ctx.tmp / "unused"), **evaluation)))
+
+    return trigger
+
+
+def served_frame(frame: dict, keys: dict | None = None) -> Callable[[Ctx], object]:
+    """What the server does with one client frame: decode it, then map it onto the model's inputs."""
+
+    def trigger(ctx: Ctx):
+        import msgpack
+
+        from wam_gym.keymap import key_map, to_contract
+        from wam_gym.wire import unpack
+
+        obs = unpack(msgpack.packb(frame, use_bin_type=True))
+        return to_contract(obs, key_map("openpi", ["corner", "gripperPOV"], keys, "SERVE.openpi_keys"),
+                           "SERVE.openpi_keys")
+
+    return trigger
+
+
 def identity_stats(path: Path, state_dim: int = 4, action_dim: int = 4) -> None:
     from agents.wam import Normalizer
 
@@ -502,6 +531,8 @@ def cases() -> list[Case]:
     from training.run_dir import DiskFullError, ResumeMismatchError
     from wam_gym.broker import BrokerConfig, BrokerError
     from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
+    from wam_gym.keymap import ObservationError
+    from wam_gym.wire import WireError
 
     f32 = np.float32
     return [
@@ -642,6 +673,35 @@ def cases() -> list[Case]:
         Case("eval-disk-full", eval_rerun(eval_disk_full), EvalError,
              r"no space left on the device writing \S+/results\.json \(every record written before is kept\); free "
              r"space, then run again to resume with EVALUATION\.output_dir="),
+        # --- serving, remote and python policies (issue 16)
+        Case("serve-agent-not-served", serve_config(agent="expert"), ValueError,
+             r"EVALUATION\.agent='expert' cannot be served; serve one of \('wam', 'python'\)"),
+        Case("serve-python-without-cameras", serve_config(agent="python", policy="example_policy:make_policy"),
+             ValueError, r"EVALUATION\.agent=python needs SERVE\.cameras=\[\.\.\.\]: the cameras your policy takes"),
+        Case("serve-bad-port", call("wam_gym.serve.config:ServeSettings", port=70000), ValueError,
+             r"SERVE\.port=70000 must be in 0\.\.65535 \(0: any free port\)"),
+        Case("serve-key-map-unknown", served_frame({}, {"pixels.wrist": "image"}), ValueError,
+             r"SERVE\.openpi_keys maps \['pixels\.wrist'\], which name no input of the model; map any of"),
+        Case("serve-obs-missing-key", served_frame({"prompt": "reach"}), ObservationError,
+             r"the observation lacks 'observation/image' \(the model's pixels\.corner\); it has keys \['prompt'\]: "
+             r"send it, or map .* with SERVE\.openpi_keys"),
+        Case("serve-obs-float-image", served_frame({"observation/image": {b"__ndarray__": True, b"data": bytes(12),
+                                                                          b"dtype": "<f4", b"shape": [1, 1, 3]}}),
+             ObservationError, r"'observation/image' \(camera corner\) must be a uint8 \(H, W, 3\) image, got float32"),
+        Case("serve-obs-object-array", served_frame({"x": {b"__ndarray__": True, b"data": b"", b"dtype": "|O",
+                                                           b"shape": [0]}}),
+             WireError, r"dtype object is not allowed: send bool, int, uint or float arrays"),
+        Case("eval-python-without-policy", eval_manager(agent="python"), ValueError,
+             r"EVALUATION\.agent=python needs EVALUATION\.policy=pkg\.module:factory"),
+        Case("eval-python-policy-not-importable", eval_manager(agent="python", policy="nowhere:make"), ValueError,
+             r"EVALUATION\.policy='nowhere:make': cannot import nowhere .*put its folder on PYTHONPATH"),
+        Case("eval-remote-without-url", eval_manager(agent="remote"), ValueError,
+             r"EVALUATION\.agent=remote needs EVALUATION\.remote_url=ws://host:port"),
+        Case("eval-remote-bad-url", eval_manager(agent="remote", remote_url="http://localhost:8000"), ValueError,
+             r"EVALUATION\.remote_url='http://localhost:8000': write it as ws://host:port"),
+        Case("eval-remote-unknown-protocol", eval_manager(agent="remote", remote_url="ws://localhost:8000",
+                                                          remote_protocol="grpc"), ValueError,
+             r"EVALUATION\.remote_protocol='grpc': choose one of \['openpi', 'vla-eval'\]"),
         # --- datasets and training
         Case("dataset-missing", call("training.data:LeRobotDataset", "/nonexistent/dataset"), DatasetError,
              r"no dataset at /nonexistent/dataset.*Collect one with: python -m training\.collect --env ENV_ID"),
