@@ -38,6 +38,7 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/vector_env.py
 	$(VENV)/bin/python bench/inference.py
 	$(VENV)/bin/python bench/broker.py
+	$(VENV)/bin/python bench/serve.py
 
 demo: $(VENV)/.installed
 	MUJOCO_GL=$${MUJOCO_GL:-egl} $(VENV)/bin/python -m wam_gym.demo --output $(DEMO_DIR)
