@@ -9,7 +9,7 @@ SUITE_VENVS ?= robosuite libero maniskill
 PYTEST_ARGS ?=
 DEMO_DIR    ?= outputs/demo
 
-.PHONY: install test test-main test-fast test-suites demo list-envs bench clean
+.PHONY: install test test-main test-fast suite-venvs test-suites demo list-envs bench clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	scripts/install.sh $(VENV) $(EXTRAS)
@@ -17,7 +17,10 @@ $(VENV)/.installed: pyproject.toml scripts/install.sh
 
 install: $(VENV)/.installed
 
-test: test-main test-suites
+# The simulators' venvs install (network and disk, mostly) while the main venv's tests run (CPU).
+test: $(VENV)/.installed
+	$(MAKE) -j2 --output-sync=line test-main suite-venvs
+	$(MAKE) test-suites
 
 test-main: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
@@ -25,9 +28,14 @@ test-main: $(VENV)/.installed
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-suites:
+suite-venvs: $(SUITE_VENVS:%=.venv-%/.installed)
+
+.venv-%/.installed: pyproject.toml scripts/install.sh
+	scripts/install.sh .venv-$* $*,dev
+	touch $@
+
+test-suites: suite-venvs
 	@for s in $(SUITE_VENVS); do \
-	  scripts/install.sh .venv-$$s $$s,dev && touch .venv-$$s/.installed && \
 	  .venv-$$s/bin/python -m pytest tests/suites/test_$$s.py $(PYTEST_ARGS) || exit 1; \
 	done
 

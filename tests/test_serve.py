@@ -310,47 +310,48 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_leaving_no_process(tm
         assert '"openpi_requests": 1' in text  # the final summary
 
 
-def test_bad_configs_are_refused_before_any_worker_starts(tmp_path, tiny_ckpt):
-    def fails(*overrides: str) -> str:
+def test_a_bad_config_is_one_error_line_before_any_worker_starts(tiny_ckpt):
+    """The command line's errors (the in-process checks are cases of tests/test_bad_inputs.py)."""
+    for overrides, message in ((["EVALUATION.agent=random"], "cannot be served"),
+                               ([f"ckpt={tiny_ckpt}", "+SERVE.openpi_keys={pixels.wrist: image}"],
+                                "SERVE.openpi_keys maps ['pixels.wrist'], which name no input of the model")):
         result = subprocess.run([sys.executable, "-m", "wam_gym.serve", *overrides], cwd=ROOT, capture_output=True,
-                                text=True, timeout=120, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TESTS}"})
+                                text=True, timeout=120)
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-        return result.stderr.strip().splitlines()[-1]
-
-    assert "cannot be served" in fails("EVALUATION.agent=random")
-    assert "needs ckpt=" in fails()
-    assert "EVALUATION.policy=pkg.module:factory" in fails("EVALUATION.agent=python")
-    assert "SERVE.cameras" in fails("EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_slow")
-    assert "cannot import nowhere" in fails("EVALUATION.agent=python", "EVALUATION.policy=nowhere:make")
-    assert "SERVE.port=70000" in fails(f"ckpt={tiny_ckpt}", "SERVE.port=70000")
-    assert "name no input of the model" in fails(f"ckpt={tiny_ckpt}", "+SERVE.openpi_keys={pixels.wrist: image}")
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: ") and message in last, last
 
 
 # ----------------------------------------------------------------- our harness as a client
-@pytest.mark.parametrize("protocol", ["openpi", "vla-eval"])
-def test_eval_of_the_served_model_equals_eval_in_process(wam_server, tiny_ckpt, tmp_path, protocol):
-    """EVALUATION.agent=remote against wam_gym.serve runs the episodes that agent=wam runs with the
-    checkpoint in-process: the same seeds reach the same sampling noise over the wire."""
+def evaluate(out: Path, tiny_ckpt, **evaluation) -> list:
+    """Two short Meta-World reach episodes (seeds 3, 4) of ``evaluation``'s agent: their records."""
     from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
     from wam_gym.eval.manager import EvalManager
     from wam_gym.results import ResultStore
 
+    cfg = EvalConfig(
+        ckpt=str(tiny_ckpt) if evaluation["agent"] == "wam" else None,
+        env_kwargs={"cameras": ["corner", "gripperPOV"], "image_size": [64, 64]},
+        EVALUATION=EvaluationConfig(num_trials=2, seed=3, max_episode_steps=10, replan_steps=4, num_inference_steps=STEPS,
+                                    output_dir=str(out), tensorboard=False, **evaluation),
+        MULTIRUN=MultirunConfig(task_sets=["wam_gym/MetaWorld-reach-v3"], env_num_per_worker=2),
+    )
+    summary = EvalManager(cfg).run()
+    assert summary["complete"] and summary["error"] is None
+    return sorted(ResultStore(out).records(), key=lambda r: r.trial)
+
+
+@pytest.fixture(scope="module")
+def in_process_records(tiny_ckpt, tmp_path_factory) -> list:
+    return evaluate(tmp_path_factory.mktemp("local"), tiny_ckpt, agent="wam")
+
+
+@pytest.mark.parametrize("protocol", ["openpi", "vla-eval"])
+def test_eval_of_the_served_model_equals_eval_in_process(wam_server, tiny_ckpt, in_process_records, tmp_path, protocol):
+    """EVALUATION.agent=remote against wam_gym.serve runs the episodes that agent=wam runs with the
+    checkpoint in-process: the same seeds reach the same sampling noise over the wire."""
     port, _ = wam_server
-
-    def evaluate(name: str, **evaluation) -> list:
-        cfg = EvalConfig(
-            ckpt=str(tiny_ckpt) if evaluation["agent"] == "wam" else None,
-            env_kwargs={"cameras": ["corner", "gripperPOV"], "image_size": [64, 64]},
-            EVALUATION=EvaluationConfig(num_trials=2, seed=3, max_episode_steps=10, replan_steps=4,
-                                        num_inference_steps=STEPS, output_dir=str(tmp_path / name), tensorboard=False,
-                                        **evaluation),
-            MULTIRUN=MultirunConfig(task_sets=["wam_gym/MetaWorld-reach-v3"], env_num_per_worker=2),
-        )
-        summary = EvalManager(cfg).run()
-        assert summary["complete"] and summary["error"] is None
-        return sorted(ResultStore(tmp_path / name).records(), key=lambda r: r.trial)
-
-    remote = evaluate("remote", agent="remote", remote_url=f"ws://127.0.0.1:{port}", remote_protocol=protocol)
-    local = evaluate("local", agent="wam")
+    remote = evaluate(tmp_path, tiny_ckpt, agent="remote", remote_url=f"ws://127.0.0.1:{port}", remote_protocol=protocol)
+    local = in_process_records
     assert [(r.trial, r.steps, r.success) for r in remote] == [(r.trial, r.steps, r.success) for r in local]
     np.testing.assert_allclose([r.reward for r in remote], [r.reward for r in local], rtol=1e-3)
