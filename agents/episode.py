@@ -27,7 +27,7 @@ class Episode:
     steps: int = 0
     reward: float = 0.0
     success: bool = False  # at any step: benchmarks count an episode solved the first time it succeeds
-    info: dict[str, Any] = field(default_factory=dict)  # the latest step's info (the reset's before any step)
+    info: dict[str, Any] = field(default_factory=dict)  # the reset's info, updated by each step's (keeps e.g. init_state_id)
 
     def count_step(self, reward: float, success: bool) -> None:
         self.steps += 1
@@ -70,7 +70,7 @@ def run_episode(
             after_act(obs, action)
         obs, reward, terminated, truncated, info = env.step(action)
         episode.count_step(reward, step_succeeded(info))
-        episode.info = info
+        episode.info = {**episode.info, **info}  # keys only the reset reports (LIBERO's init_state_id) stay
         if observe is not None:
             observe(obs, info)
         if terminated or truncated:

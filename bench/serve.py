@@ -25,9 +25,6 @@ import functools
 import json
 import os
 import platform
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -185,31 +182,13 @@ def vla_eval(port: int, image_format: str, obs: dict, n: int, args) -> tuple[flo
 
 
 # ----------------------------------------------------------------- the server
-@contextlib.contextmanager
 def server(args, env: dict, tmp: Path):
-    """``python -m wam_gym.serve`` on a free loopback port: yields the port; always SIGTERMed and waited for."""
-    port_file, log = tmp / "port", tmp / "serve.log"
-    command = [sys.executable, "-m", "wam_gym.serve", "EVALUATION.agent=python", f"EVALUATION.policy={POLICY}",
-               f"SERVE.cameras=[{','.join(CAMERAS)}]", "SERVE.port=0", f"SERVE.port_file={port_file}",
-               "EVALUATION.replan_steps=1", f"MULTIRUN.inference_batch_size={args.batch_size}",
-               f"MULTIRUN.inference_batch_wait_ms={args.wait_ms}"]
-    with open(log, "w") as out:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 600
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start (exit {process.poll()}):\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        yield int(port_file.read_text())
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    """``python -m wam_gym.serve`` of the stand-in on a free loopback port; always SIGTERMed and waited for."""
+    from wam_gym.serve.launch import launched
+
+    return launched(["EVALUATION.agent=python", f"EVALUATION.policy={POLICY}", f"SERVE.cameras=[{','.join(CAMERAS)}]",
+                     "EVALUATION.replan_steps=1", f"MULTIRUN.inference_batch_size={args.batch_size}",
+                     f"MULTIRUN.inference_batch_wait_ms={args.wait_ms}"], env=env, cwd=ROOT, log=tmp / "serve.log")
 
 
 def server_batches(port: int) -> tuple[int, int]:
@@ -254,7 +233,8 @@ def main(argv=None) -> dict:
     results, ids = [], iter(range(10**9))
     broker = InferenceBroker(functools.partial(build_policy, POLICY), MultirunConfig(
         inference_batch_size=args.batch_size, inference_batch_wait_ms=args.wait_ms))
-    with tempfile.TemporaryDirectory() as tmp, broker, server(args, dict(os.environ), Path(tmp)) as port:
+    with tempfile.TemporaryDirectory() as tmp, broker, server(args, dict(os.environ), Path(tmp)) as served:
+        port = served.port
         for n in args.clients:  # the paths interleaved per client count: drift hits them alike
             before = (broker.stats.requests, broker.stats.batches)
             wall, lat = in_process(broker, row, n, args, ids)

@@ -28,6 +28,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from wam_gym.broker import noise_seed
+from wam_gym.serve.launch import launched, stop
 from wam_gym.wire import pack_openpi, unpack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,36 +40,24 @@ STEPS = 2  # denoising steps of the served tiny WAM
 # ----------------------------------------------------------------- helpers
 @contextlib.contextmanager
 def serving(tmp_path: Path, *overrides: str, env: dict | None = None, wait_ready: bool = True):
-    """A ``python -m wam_gym.serve`` process on a free port: yields (port, process, log path)."""
-    port_file, log = tmp_path / "port", tmp_path / "serve.log"
-    port_file.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "wam_gym.serve", "SERVE.port=0", f"SERVE.port_file={port_file}", *overrides]
+    """A ``python -m wam_gym.serve`` process on a free port: yields (port, process, log path). With
+    ``wait_ready=False`` it yields as soon as the server listens, before its model workers are ready."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), **(env or {})}
+    if wait_ready:
+        with launched(overrides, env=environment, cwd=ROOT, log=tmp_path / "serve.log") as server:
+            yield server.port, server.process, server.log
+        return
+    log = tmp_path / "serve.log"
     with open(log, "w") as out:
-        process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([sys.executable, "-m", "wam_gym.serve", "SERVE.port=0", *overrides], cwd=ROOT,
+                                   env=environment, stdout=out, stderr=subprocess.STDOUT)
     try:
-        port = _wait_port(process, port_file, log, wait_ready)
-        yield port, process, log
+        while "serving on ws://" not in log.read_text():
+            assert process.poll() is None, log.read_text()
+            anyio.run(anyio.sleep, 0.1)
+        yield int(log.read_text().split("serving on ws://")[1].split()[0].rsplit(":", 1)[1]), process, log
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-def _wait_port(process, port_file: Path, log: Path, ready: bool) -> int:
-    """The bound port: from the port file once ready, else from the log's first line about it."""
-    for _ in range(1200):
-        if process.poll() is not None:
-            raise AssertionError(f"the server exited with {process.returncode}:\n{log.read_text()}")
-        if ready and port_file.exists() and port_file.read_text().strip():
-            return int(port_file.read_text())
-        if not ready and "serving on ws://" in log.read_text():
-            return int(log.read_text().split("serving on ws://")[1].split()[0].rsplit(":", 1)[1])
-        anyio.run(anyio.sleep, 0.1)
-    raise AssertionError(f"the server did not start:\n{log.read_text()}")
+        stop(process)
 
 
 def http(port: int, path: str, headers: dict | None = None) -> tuple[int, str]:
@@ -262,7 +251,9 @@ def test_health_waits_for_the_model_and_the_api_key_gates_the_rest(tmp_path):
                  env={"WAM_TEST_GATE": str(gate)}, wait_ready=False) as (port, process, log):
         assert http(port, "/healthz") == (503, '{"status": "loading"}\n')  # the model worker waits for the gate
         gate.touch()
-        _wait_port(process, tmp_path / "port", log, ready=True)
+        while http(port, "/healthz")[0] != 200:  # the model worker loads once the gate is open
+            assert process.poll() is None, log.read_text()
+            anyio.run(anyio.sleep, 0.1)
         assert http(port, "/healthz")[0] == http(port, "/health")[0] == 200  # no key needed: a readiness probe
         assert http(port, "/stats")[0] == 401
         assert http(port, "/stats", {"Authorization": "Api-Key s3cret"})[0] == 200

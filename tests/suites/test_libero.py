@@ -2,10 +2,8 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from envs.errors import MissingAssetsError  # noqa: E402
 from envs.libero import SUITES  # noqa: E402
 from envs.libero.env import LiberoEnv  # noqa: E402
 from envs.rendering import geoms_of_bodies  # noqa: E402
+from wam_gym.serve.launch import launched, stop  # noqa: E402
 
 SPATIAL = "wam_gym/LIBERO-Spatial-v0"
 UP = np.array([0, 0, 0.5, 0, 0, 0, -1], np.float32)  # +z at half scale, gripper open
@@ -209,32 +208,15 @@ def main_venv_server(tmp_path_factory):
     if not MAIN_PYTHON.exists():
         pytest.skip(f"no main venv at {MAIN_PYTHON} (make test builds it before the suites' venvs)")
     tmp = tmp_path_factory.mktemp("main_venv_server")
-    ckpt, port_file, log = tmp / "ckpt", tmp / "port", tmp / "serve.log"
+    ckpt = tmp / "ckpt"
     made = subprocess.run([str(MAIN_PYTHON), "-c", _MAKE_LIBERO_CKPT, str(ckpt), str(REMOTE_SIZE)], cwd=ROOT,
                           env=_main_venv_env(), capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stderr[-3000:]
     horizon = int(made.stdout.split("horizon")[1])
-    command = [str(MAIN_PYTHON), "-m", "wam_gym.serve", f"ckpt={ckpt}", "SERVE.port=0", f"SERVE.port_file={port_file}",
-               "EVALUATION.num_inference_steps=2"]
-    with open(log, "w") as out:
-        server = subprocess.Popen(command, cwd=ROOT, env=_main_venv_env(), stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 600
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert server.poll() is None, f"the server exited with {server.returncode}:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"the server did not get ready:\n{log.read_text()[-3000:]}"
-            time.sleep(0.2)
-        yield int(port_file.read_text()), horizon
-    finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-                pytest.fail(f"the server ignored SIGTERM for 120 s:\n{log.read_text()[-3000:]}")
-    assert server.returncode == 0, f"the server exited with {server.returncode}:\n{log.read_text()[-3000:]}"
+    with launched([f"ckpt={ckpt}", "EVALUATION.num_inference_steps=2"], python=str(MAIN_PYTHON), env=_main_venv_env(),
+                  cwd=ROOT, log=tmp / "serve.log") as server:
+        yield server.port, horizon
+        assert stop(server.process) == 0, f"the server exited with {server.process.returncode}:\n{server.log.read_text()}"
 
 
 def _server_stats(port: int) -> dict:
@@ -284,8 +266,4 @@ def test_eval_in_this_venv_against_a_server_in_the_main_venv(main_venv_server, p
             (REMOTE_TRIALS * REMOTE_STEPS, REMOTE_TRIALS, 0), after
 
     # LIBERO pins trial k to init state k, and each record should say which one it used (wam_gym/eval/tasks.py).
-    init_states = [r["init_state_id"] for r in records]
-    if init_states == [None] * REMOTE_TRIALS:
-        pytest.xfail("known bug: wam_gym/eval/actor.py records episode.info.get('init_state_id') from the LAST "
-                     "step's info, but LiberoEnv puts init_state_id only in reset()'s info: every record has null")
-    assert init_states == list(range(REMOTE_TRIALS))
+    assert [r["init_state_id"] for r in records] == list(range(REMOTE_TRIALS))
