@@ -119,3 +119,21 @@ def test_the_stride_comes_from_the_training_run_when_it_recorded_one(tmp_path):
     other = {"model": {"action_horizon": 32, "num_future_frames": 8}, "dataset": {"frame_stride": 1}}
     (ckpt / "train_config.json").write_text(json.dumps(other))  # another model's run: ignored
     assert frame_stride(model, ckpt)[0] == 2
+
+
+def test_the_demo_report_shows_the_imagination_score_beside_the_copy_baseline(tmp_path):
+    from wam_gym.demo import Demo, DemoConfig
+
+    tasks = ["wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"]
+    scores = {"imagine_psnr": 21.5, "imagine_ssim": 0.8, "copy_psnr": 20.0, "copy_ssim": 0.75, "episodes": 1, "frames": 6}
+    for agent in ("wam", "expert", "random"):
+        imagination = {"imagination": scores} if agent == "wam" else {}
+        results = {"tasks": {t: {"success_rate": 0.5, **imagination} for t in tasks},
+                   "overall": {"success_rate": 0.5, **imagination}}
+        (tmp_path / "eval" / agent).mkdir(parents=True)
+        (tmp_path / "eval" / agent / "results.json").write_text(json.dumps(results))
+    report = Demo(DemoConfig(output=str(tmp_path), tasks=tasks)).report()
+    assert report["imagination"] == scores and report["tasks"][0]["imagination"] == scores
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| wam_gym/MetaWorld-reach-v3 | 21.50 | 20.00 | 0.800 | 0.750 | 6 |" in markdown
+    assert "beats copying the current frame (PSNR) on 2 of 2 tasks" in markdown
