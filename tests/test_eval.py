@@ -8,6 +8,7 @@ thread started by ``EvalManager.on_started``.
 from __future__ import annotations
 
 import contextlib
+import csv
 import importlib.util
 import io
 import json
@@ -20,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("metaworld")
@@ -446,3 +448,51 @@ def test_libero_trials_pin_the_init_state_and_metaworld_does_not(tmp_path):
     summary = run(config(out, tasks=(LIBERO_TASK,), trials=2, tensorboard=False))
     assert summary["init_state_pinned_to_trial"] is True and results_json(out)["init_state_pinned_to_trial"] is True
     assert summary["overall"]["success_rate"] == 0.5
+
+
+# ----------------------------------------------------------------- imagination score
+def test_imagination_score_in_records_results_and_tensorboard(tmp_path, tiny_ckpt):
+    out = tmp_path / "out"
+    summary = run(wam_config(out, tiny_ckpt, trials=1, imagination_score=True))  # decodes frames without videos
+
+    (rec,) = records(out).values()
+    # tiny: 4 future frames, stride 16 // 4 = 4 = replan_steps: frame 1 of each of the 3 replans is reached.
+    assert rec["imagine_frames"] == 3
+    for name in ("imagine_psnr", "imagine_ssim", "copy_psnr", "copy_ssim"):
+        assert isinstance(rec[name], float) and np.isfinite(rec[name]), name
+    on_disk = results_json(out)
+    assert on_disk["imagination"]["frame_stride"] == 4 and on_disk["imagination"]["cameras"] == ["corner", "gripperPOV"]
+    for stats in (on_disk["tasks"][REACH]["imagination"], on_disk["overall"]["imagination"]):
+        assert stats["episodes"] == 1 and stats["frames"] == 3
+        assert stats["imagine_psnr"] == pytest.approx(rec["imagine_psnr"])
+        assert stats["copy_ssim"] == pytest.approx(rec["copy_ssim"])
+    assert summary["overall"]["imagination"] == on_disk["overall"]["imagination"]
+    with open(out / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["imagine_frames"] for r in rows] == ["3", "3"] and float(rows[-1]["copy_psnr"]) == pytest.approx(rec["copy_psnr"])
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    assert {f"eval/imagine_psnr/{REACH}", "eval/copy_ssim/overall"} <= set(acc.Tags()["scalars"])
+
+
+def test_imagination_score_off_computes_nothing(tmp_path, tiny_ckpt):
+    from wam_gym.policies import policy_factory
+
+    def manager(**evaluation):
+        return EvalManager(wam_config(tmp_path / "out", tiny_ckpt, trials=1, **evaluation))
+
+    for off in ({}, {"imagination_score": False, "visualize_future_video": True}):
+        m = manager(**off)
+        assert m.imagination is None and m._spec().imagination is None
+    assert policy_factory(manager().config.EVALUATION, 0, None, None).args[1].visualize_future_video is False
+    assert manager(visualize_future_video=True).imagination is not None  # null: on when the frames are decoded anyway
+    assert manager(imagination_score=True).config.EVALUATION.inference().visualize_future_video is True
+    with pytest.raises(ValueError, match="video_mode=joint"):
+        manager(imagination_score=True, video_mode="action_only")
+    with pytest.raises(ValueError, match="imagination_score"):
+        EvaluationConfig(agent="expert", imagination_score=True)
+    old = EpisodeRecord.from_json(json.dumps({"task": REACH, "trial": 0, "seed": 1, "success": True, "steps": 3,
+                                              "reward": 0.0}))  # written before the score existed
+    assert old.imagine_psnr is None and old.imagine_frames is None

@@ -5,6 +5,7 @@ import logging
 import pytest
 
 from wam_gym.results import (
+    IMAGINATION_SCORES,
     EpisodeRecord,
     ResultStore,
     format_table,
@@ -215,6 +216,24 @@ def test_format_table():
     assert lines[3].split() == [B, "2", "1", "50.0"]
     assert lines[-1].split() == ["overall", "6", "4", "66.7"]
     assert len({len(line) for line in lines}) == 1  # aligned
+
+
+def test_imagination_scores_are_averaged_over_scored_episodes_and_shown():
+    def scored(task, trial, psnr, frames=2):
+        return _rec(task, trial, imagine_psnr=psnr, imagine_ssim=0.5, copy_psnr=30.0, copy_ssim=0.9, imagine_frames=frames)
+
+    records = [scored(A, 0, 10.0), scored(A, 1, 20.0, 4), _rec(A, 2, imagine_frames=0), _rec(B, 0, imagine_frames=0)]
+    s = summarize(records, [(A, 0), (A, 1), (A, 2), (B, 0)])
+    assert s["tasks"][A]["imagination"] == {"imagine_psnr": 15.0, "imagine_ssim": 0.5, "copy_psnr": 30.0,
+                                            "copy_ssim": 0.9, "episodes": 2, "frames": 6}
+    assert s["tasks"][B]["imagination"] == dict.fromkeys(IMAGINATION_SCORES) | {"episodes": 0, "frames": 0}
+    assert s["overall"]["imagination"]["imagine_psnr"] == 15.0 and s["overall"]["imagination"]["episodes"] == 2
+    lines = format_table(s).splitlines()
+    assert lines[0].split() == ["task", "episodes", "success", "rate", "%", "imagine", "PSNR", "SSIM", "copy", "PSNR", "SSIM"]
+    assert lines[2].split()[-4:] == ["15.00", "0.500", "30.00", "0.900"] and lines[3].split()[-4:] == ["-"] * 4
+    assert len({len(line) for line in lines}) == 1
+    assert "imagination" not in summarize(_records(), PLAN)["overall"]  # records without the score: no section
+    assert EpisodeRecord.from_json(records[0].to_json()) == records[0]
 
 
 # ---------------------------------------------------------------- tensorboard

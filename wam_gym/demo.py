@@ -139,13 +139,16 @@ class Demo:
         rows = []
         for task in self.config.tasks:
             rate = {a: results[a]["tasks"].get(task, {}).get("success_rate") for a in results}
-            rows.append({"task": task, **rate, "wam_beats_random": (rate["wam"] or 0) > (rate["random"] or 0)})
+            rows.append({"task": task, **rate, "wam_beats_random": (rate["wam"] or 0) > (rate["random"] or 0),
+                         "imagination": results["wam"]["tasks"].get(task, {}).get("imagination")})
         videos = sorted(str(p.relative_to(self.out)) for p in (self.out / "eval" / "wam" / "videos").rglob("*.mp4"))
         report = {
             "config": asdict(self.config),
             "tasks": rows,
             "overall": {a: results[a]["overall"]["success_rate"] for a in results},
             "tasks_where_wam_beats_random": sum(r["wam_beats_random"] for r in rows),
+            # the WAM's predicted frames vs the frames the env rendered, and the copy-the-current-frame baseline's
+            "imagination": results["wam"]["overall"].get("imagination"),
             "broker": results["wam"].get("broker", {}),
             "timings_s": self.timings,
             "outputs": {
@@ -183,11 +186,35 @@ def _markdown(report: dict) -> str:
     o = report["overall"]
     lines += [f"| **overall** | {pct(o['wam'])} | {pct(o['expert'])} | {pct(o['random'])} |", "",
               f"The WAM beats the random agent on {report['tasks_where_wam_beats_random']} of {len(report['tasks'])} tasks.",
-              "", f"Stage times (s): {report['timings_s']}", "",
+              "", *_imagination_markdown(report), f"Stage times (s): {report['timings_s']}", "",
               "Outputs: dataset `data/`, checkpoint `train/checkpoint/`, tensorboard `train/tensorboard/` "
               "(`tensorboard --logdir " + "train/tensorboard`), rollout videos with predicted frames beside them:"]
     lines += [f"- `{v}`" for v in report["outputs"]["videos"]]
     return "\n".join(lines) + "\n"
+
+
+def _imagination_markdown(report: dict) -> list[str]:
+    """The imagination score per task: the WAM's predicted frames vs the copy-the-current-frame predictor."""
+    if not report.get("imagination"):
+        return []
+
+    def cell(scores, key, spec):
+        value = (scores or {}).get(key)
+        return "-" if value is None else format(value, spec)
+
+    lines = ["Imagination score: the WAM's predicted future frames against the frames the env then rendered "
+             "(PSNR dB / SSIM, mean over replans and episodes), beside copying the current frame as the prediction:",
+             "", "| task | WAM PSNR | copy PSNR | WAM SSIM | copy SSIM | frames scored |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    named = [(row["task"], row.get("imagination")) for row in report["tasks"]]
+    for name, scores in [*named, ("**overall**", report["imagination"])]:
+        lines.append(f"| {name} | {cell(scores, 'imagine_psnr', '.2f')} | {cell(scores, 'copy_psnr', '.2f')} | "
+                     f"{cell(scores, 'imagine_ssim', '.3f')} | {cell(scores, 'copy_ssim', '.3f')} | "
+                     f"{(scores or {}).get('frames', 0)} |")
+    better = sum(1 for _, s in named if s and s.get("imagine_psnr") is not None
+                 and s.get("copy_psnr") is not None and s["imagine_psnr"] > s["copy_psnr"])
+    return [*lines, "", f"The WAM's imagination beats copying the current frame (PSNR) on {better} of "
+            f"{len(named)} tasks.", ""]
 
 
 def main(argv: list[str] | None = None) -> None:

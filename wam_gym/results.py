@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 EPISODES_DIR = "episodes"
 CSV_COLUMNS = ("task", "episodes", "successes", "success_rate", "mean_steps")
+# The imagination score's columns (blank when the run did not compute it), after CSV_COLUMNS.
+IMAGINATION_SCORES = ("imagine_psnr", "imagine_ssim", "copy_psnr", "copy_ssim")
+IMAGINATION_CSV_COLUMNS = (*IMAGINATION_SCORES, "imagine_frames")
 
 # A "clean" id: our own namespace, a name of safe characters with no "_", an optional ":index".
 _CLEAN_ID = re.compile(r"wam_gym/([A-Za-z0-9][A-Za-z0-9.-]*)(?::([0-9]+))?")
@@ -74,6 +77,14 @@ class EpisodeRecord:
     wall_time_s: float = 0.0
     attempts: int = 1
     video: str | None = None
+    # The imagination score (wam_gym/eval/imagination.py): means over the episode's replans of the
+    # predicted future frames' PSNR/SSIM against the frames the env then rendered, and of the
+    # "copy the current frame" predictor's; None when not computed (imagine_frames 0: on, nothing reached).
+    imagine_psnr: float | None = None
+    imagine_ssim: float | None = None
+    copy_psnr: float | None = None
+    copy_ssim: float | None = None
+    imagine_frames: int | None = None  # predicted frames scored in the episode
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -194,6 +205,10 @@ def summarize(records: Iterable[EpisodeRecord], plan: Iterable[tuple[str, int]])
     summed, success_rate over episodes, tasks (planned tasks), mean_task_success_rate (mean of
     the per-task rates of tasks with records, so each task weighs the same). Records outside
     ``plan`` (e.g. from an earlier run with more trials) are ignored.
+
+    When records carry the imagination score, each task and the overall get ``imagination``:
+    imagine_psnr, imagine_ssim, copy_psnr, copy_ssim (means over the episodes with a score, None
+    without one), episodes (with a score) and frames (scored, summed).
     """
     plan_keys = {(t, int(i)): None for t, i in plan}  # ordered, deduplicated
     by_key = {r.key: r for r in records if r.key in plan_keys}
@@ -211,8 +226,22 @@ def summarize(records: Iterable[EpisodeRecord], plan: Iterable[tuple[str, int]])
         "tasks": len(tasks),
         "mean_task_success_rate": sum(rates) / len(rates) if rates else None,
     }
+    if any(r.imagine_frames is not None for r in by_key.values()):  # absent from runs that did not score
+        for task, rs in grouped.items():
+            tasks[task]["imagination"] = _imagination_stats(rs)
+        overall["imagination"] = _imagination_stats(list(by_key.values()))
     complete = len(by_key) == len(plan_keys)
     return {"tasks": tasks, "overall": overall, "complete": complete, "planned": len(plan_keys)}
+
+
+def _imagination_stats(records: list[EpisodeRecord]) -> dict[str, Any]:
+    """Means over the episodes with a score (each episode weighs the same); frames scored, summed."""
+    scored = [r for r in records if r.imagine_psnr is not None]
+    stats: dict[str, Any] = {
+        name: (sum(getattr(r, name) for r in scored) / len(scored) if scored else None) for name in IMAGINATION_SCORES}
+    stats["episodes"] = len(scored)
+    stats["frames"] = sum(r.imagine_frames or 0 for r in records)
+    return stats
 
 
 def _task_stats(records: list[EpisodeRecord]) -> dict[str, Any]:
@@ -246,12 +275,20 @@ def write_summary(output_dir: str | os.PathLike, summary: dict[str, Any], extra:
 def _csv_text(summary: dict[str, Any]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow(CSV_COLUMNS + IMAGINATION_CSV_COLUMNS)
     for task, s in summary["tasks"].items():
-        writer.writerow([task, s["episodes"], s["successes"], _cell(s["success_rate"]), _cell(s["mean_steps"])])
+        writer.writerow([task, s["episodes"], s["successes"], _cell(s["success_rate"]), _cell(s["mean_steps"]),
+                         *_imagination_cells(s)])
     o = summary["overall"]
-    writer.writerow(["overall", o["episodes"], o["successes"], _cell(o["success_rate"]), ""])
+    writer.writerow(["overall", o["episodes"], o["successes"], _cell(o["success_rate"]), "", *_imagination_cells(o)])
     return buf.getvalue()
+
+
+def _imagination_cells(stats: dict[str, Any]) -> list[str]:
+    imagination = stats.get("imagination")
+    if imagination is None:
+        return [""] * len(IMAGINATION_CSV_COLUMNS)
+    return [*(_cell(imagination[name]) for name in IMAGINATION_SCORES), str(imagination["frames"])]
 
 
 def _cell(value: float | None) -> str:
@@ -259,13 +296,22 @@ def _cell(value: float | None) -> str:
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """Aligned text table: task | episodes | success | rate %, with the overall row last."""
-    rows = [(t, s["episodes"], s["successes"], s["success_rate"]) for t, s in summary["tasks"].items()]
-    o = summary["overall"]
-    rows.append(("overall", o["episodes"], o["successes"], o["success_rate"]))
-    cells = [(name, str(n), str(k), "-" if r is None else f"{100 * r:.1f}") for name, n, k, r in rows]
+    """Aligned text table: task | episodes | success | rate %, with the overall row last; with the
+    imagination score, its PSNR (dB) and SSIM, the model's then the copy predictor's, after them."""
+    named = [*summary["tasks"].items(), ("overall", summary["overall"])]
+    imagination = "imagination" in summary["overall"]
     header = ("task", "episodes", "success", "rate %")
-    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(4)]
+    if imagination:
+        header += ("imagine PSNR", "SSIM", "copy PSNR", "SSIM")
+    cells = []
+    for name, s in named:
+        rate = s["success_rate"]
+        row = (name, str(s["episodes"]), str(s["successes"]), "-" if rate is None else f"{100 * rate:.1f}")
+        if imagination:
+            scores = s.get("imagination") or {}
+            row += tuple(_score_text(scores.get(k), ".2f" if "psnr" in k else ".3f") for k in IMAGINATION_SCORES)
+        cells.append(row)
+    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
 
     def line(c: tuple[str, ...]) -> str:
         return "  ".join([c[0].ljust(widths[0])] + [x.rjust(w) for x, w in zip(c[1:], widths[1:])])
@@ -274,18 +320,25 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join([line(header), rule, *map(line, cells[:-1]), rule, line(cells[-1])])
 
 
+def _score_text(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def log_tensorboard(log_dir: str | os.PathLike, summary: dict[str, Any], step: int = 0) -> None:
-    """Log ``eval/success_rate/<task>`` and ``eval/success_rate/overall`` scalars at ``step``."""
+    """Log ``eval/success_rate/<task>`` and ``eval/success_rate/overall`` scalars at ``step``; with the
+    imagination score also ``eval/<score>/<task>`` and ``eval/<score>/overall`` for imagine_psnr,
+    imagine_ssim, copy_psnr and copy_ssim."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as e:
         raise RuntimeError("TensorBoard logging needs tensorboard: pip install 'wam_gym[train]'") from e
     writer = SummaryWriter(log_dir=str(log_dir))
     try:
-        for task, s in summary["tasks"].items():
+        for name, s in [*summary["tasks"].items(), ("overall", summary["overall"])]:
             if s["success_rate"] is not None:
-                writer.add_scalar(f"eval/success_rate/{task}", s["success_rate"], step)
-        if summary["overall"]["success_rate"] is not None:
-            writer.add_scalar("eval/success_rate/overall", summary["overall"]["success_rate"], step)
+                writer.add_scalar(f"eval/success_rate/{name}", s["success_rate"], step)
+            for score, value in (s.get("imagination") or {}).items():
+                if score in IMAGINATION_SCORES and value is not None:
+                    writer.add_scalar(f"eval/{score}/{name}", value, step)
     finally:
         writer.close()

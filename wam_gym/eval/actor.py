@@ -27,6 +27,7 @@ import numpy as np
 from agents import make_agent, run_episode
 from agents.factory import CHUNK_AGENTS
 from envs.protocol import PIXELS
+from wam_gym.eval.imagination import ImaginationScore, ImaginationSpec
 from wam_gym.eval.tasks import Job
 from wam_gym.remote import PolicyServerLost, RemotePolicy, RemoteSettings
 from wam_gym.results import EpisodeRecord, task_slug
@@ -48,6 +49,7 @@ class ActorSpec:
     video_camera: str | None = None
     video_fps: int = 20
     remote: RemoteSettings | None = None  # agent=remote: the policy server
+    imagination: ImaginationSpec | None = None  # score the predicted frames (EVALUATION.imagination_score)
 
 
 # At most one heartbeat this often: cheap next to an env step, and far finer than EVALUATION.actor_stall_s.
@@ -99,17 +101,19 @@ class _Actor:
         agent = self._episode_agent(env, job)
         start = time.perf_counter()
         video = _VideoRecorder(self.spec, agent) if self.spec.save_video else None
+        score = ImaginationScore(self.spec.imagination, agent) if self.spec.imagination else None
         episode = run_episode(
             env, agent, seed=job.seed, options=job.reset_options,
             max_steps=self.spec.max_episode_steps,  # null: the suite's limit (0 is refused by the config)
-            observe=self._stop_if_manager_gone, after_act=video,
+            observe=self._stop_if_manager_gone if score is None else _hooks(self._stop_if_manager_gone, score.observe),
+            after_act=video if score is None else _hooks(video, score.after_act),
         )
         if hasattr(self.predictor, "end_episode"):  # a policy server hears how its episode ended
             self.predictor.end_episode(episode.success)
         record = EpisodeRecord(
             task=job.task.name, trial=job.trial, seed=job.seed, success=episode.success, steps=episode.steps,
             reward=episode.reward, init_state_id=episode.info.get("init_state_id"),
-            wall_time_s=time.perf_counter() - start, attempts=job.attempts,
+            wall_time_s=time.perf_counter() - start, attempts=job.attempts, **(score.result() if score else {}),
         )
         if video is not None:
             relative = Path("videos") / task_slug(job.task.name) / f"{job.trial:05d}.mp4"
@@ -139,6 +143,17 @@ class _Actor:
             env.close()
         if isinstance(self.predictor, RemotePolicy):
             self.predictor.close()
+
+
+def _hooks(*hooks):
+    """One episode hook calling each of ``hooks`` (None ones skipped) in order."""
+    hooks = [h for h in hooks if h is not None]
+
+    def call(*args) -> None:
+        for hook in hooks:
+            hook(*args)
+
+    return call
 
 
 class _VideoRecorder:

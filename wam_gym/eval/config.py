@@ -13,6 +13,7 @@ nests them through ``InferenceConfig.from_knobs``, the one place that maps the f
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,10 @@ class EvaluationConfig:
     shift: float = SamplerConfig.shift  # flow shift; 1.0 = none, above 1 = more steps at high noise
     inference_cross_kv_reuse: bool = InferenceConfig.inference_cross_kv_reuse  # text K/V once per call (same outputs)
     visualize_future_video: bool = InferenceConfig.visualize_future_video  # decode the predicted future frames
+    # predicted future frames vs the frames the env then renders (PSNR/SSIM, and the copy-the-current-frame
+    # baseline's; wam_gym/eval/imagination.py). null: when the frames are decoded anyway (visualize_future_video,
+    # a joint-video model); true: decode them for it (agent=wam, joint models; costs a VAE decode per model call)
+    imagination_score: bool | None = None
     torch_compile: bool = CompileConfig.enabled  # torch.compile the denoiser (first call compiles)
     torch_compile_mode: str | None = CompileConfig.mode  # torch.compile mode; reduce-overhead may use CUDA graphs
     torch_compile_backend: str = CompileConfig.backend  # torch.compile backend
@@ -64,6 +69,9 @@ class EvaluationConfig:
     allow_resume_mismatch: bool = False  # resume an output_dir whose episodes ran with other settings (recorded)
 
     def __post_init__(self) -> None:
+        if self.imagination_score and self.agent != "wam":
+            raise ValueError(f"EVALUATION.imagination_score=true scores a WAM checkpoint's predicted frames; "
+                             f"EVALUATION.agent={self.agent} predicts none it can score: set it to null or false")
         try:  # checked here, not in a model worker after the model has loaded
             self.inference()
         except ValueError as exc:
@@ -78,8 +86,11 @@ class EvaluationConfig:
         _at_least(self, "max_attempts", 1)
 
     def inference(self) -> InferenceConfig:
-        """The model-call knobs, nested as the policy takes them."""
-        return InferenceConfig.from_knobs(**{name: getattr(self, name) for name in KNOBS})
+        """The model-call knobs, nested as the policy takes them (imagination_score=true decodes the frames)."""
+        inference = InferenceConfig.from_knobs(**{name: getattr(self, name) for name in KNOBS})
+        if self.imagination_score:
+            inference = dataclasses.replace(inference, visualize_future_video=True)
+        return inference
 
 
 @dataclass

@@ -15,6 +15,7 @@ writes are never counted and are removed by the next run), and its actors stop o
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -32,6 +33,7 @@ from wam_gym.eval import preflight, rundir
 from wam_gym.eval.actor import ActorSpec, actor_main
 from wam_gym.eval.config import EvalConfig
 from wam_gym.eval.errors import EvalError
+from wam_gym.eval.imagination import ImaginationSpec, imagination_spec
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, Job, plan, resolve_tasks
 from wam_gym.policies import SERVED_AGENTS, policy_factory
 from wam_gym.remote import RemoteSettings
@@ -220,6 +222,7 @@ class EvalManager:
         self.ckpt: Path | None = None  # absolute, ~ expanded
         self.stats: Path | None = None  # the dataset statistics the model workers un-normalise with
         self.image_resized = False
+        self.imagination: ImaginationSpec | None = None  # the scorer's settings, when predicted frames are scored
         if ev.agent == "wam":
             self._check_checkpoint()
         elif ev.agent == "python":
@@ -241,6 +244,7 @@ class EvalManager:
         preflight.check_against_model(ev, model)
         self.stats = preflight.dataset_stats(self.ckpt, ev.dataset_stats_path, model)
         self.image_resized = preflight.check_image_size(self.env_kwargs, model, ev.allow_image_resize)
+        self.imagination = imagination_spec(ev, model, self.ckpt)
         # The envs render what the checkpoint was trained on (cameras, image size) unless told otherwise.
         self.env_kwargs = {"cameras": list(model.cameras), "image_size": list(model.image_size), **self.env_kwargs}
 
@@ -288,6 +292,7 @@ class EvalManager:
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
             video_camera=ev.video_camera, video_fps=ev.video_fps,
             remote=RemoteSettings.from_evaluation(ev) if ev.agent == "remote" else None,
+            imagination=self.imagination,
         )
 
     def _broker(self, ctx) -> InferenceBroker | None:
@@ -391,6 +396,8 @@ class EvalManager:
             "allow_resume_mismatch": ev.allow_resume_mismatch,
             "resume_mismatch": self.resume_mismatch,  # the differences a resume was allowed to ignore
             "image_resized": self.image_resized,  # env frames resized to the model's (allow_image_resize)
+            # how predicted frames were scored (null: not scored): cameras, size, the env steps between frames
+            "imagination": None if self.imagination is None else dataclasses.asdict(self.imagination),
             "records_set_aside": self.store.set_aside,  # corrupt or misplaced record files moved aside
             "config": self.composed,
         }

@@ -1,0 +1,139 @@
+"""The imagination score (wam_gym/eval/imagination.py) on synthetic frames: an env whose frames
+are known, an agent whose "predicted" frames are chosen, run through agents.run_episode's hooks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from agents import run_episode
+from agents.policy import Prediction
+from wam_gym.eval.imagination import ImaginationScore, ImaginationSpec, frame_stride
+from wam_gym.utils.metrics import PSNR_CAP_DB
+
+SIZE = 16
+CAMERAS = ("wrist", "corner")  # the model's order; the env lists them the other way round
+
+
+def scene(t: int, camera: str, static: bool = False) -> np.ndarray:
+    """What ``camera`` renders at step ``t``: a bright square that moves one pixel a step (or stays)."""
+    image = np.full((SIZE, SIZE, 3), 40 if camera == "corner" else 90, np.uint8)
+    x = 2 if static else 2 + t
+    image[4:9, x:x + 5] = 230
+    return image
+
+
+def tiled(t: int, static: bool = False) -> np.ndarray:
+    return np.concatenate([scene(t, c, static) for c in CAMERAS], axis=1)
+
+
+class SceneEnv:
+    def __init__(self, static: bool = False):
+        self.static, self.t = static, 0
+
+    def _obs(self):
+        return {"pixels": {c: scene(self.t, c, self.static) for c in reversed(CAMERAS)}, "state": np.zeros(2)}
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 0.0, False, False, {}
+
+
+class FramesAgent:
+    """Replans every ``replan`` steps; its "prediction" at step t is ``predict(t)`` (1 + F frames)."""
+
+    def __init__(self, predict, replan: int):
+        self.predict, self.replan = predict, replan
+        self.num_model_calls, self.last_prediction, self.t = 0, {}, 0
+
+    def reset(self):
+        self.t = 0
+
+    def act(self, obs):
+        if self.t % self.replan == 0:
+            self.num_model_calls += 1
+            self.last_prediction[0] = Prediction(np.zeros((self.replan, 2), np.float32), self.predict(self.t))
+        self.t += 1
+        return np.zeros(2, np.float32)
+
+
+def score(predict, *, stride=2, replan=4, steps=8, static=False) -> dict:
+    agent = FramesAgent(predict, replan)
+    scorer = ImaginationScore(ImaginationSpec(CAMERAS, (SIZE, SIZE), stride), agent)
+    run_episode(SceneEnv(static), agent, max_steps=steps, observe=scorer.observe, after_act=scorer.after_act)
+    return scorer.result()
+
+
+def truth(t: int, stride: int = 2, frames: int = 4, static: bool = False) -> np.ndarray:
+    """The frames the env renders at t, t + stride, ..., t + frames * stride (a perfect prediction)."""
+    return np.stack([tiled(t + k * stride, static) for k in range(frames + 1)])
+
+
+def test_a_perfect_prediction_scores_the_cap_and_beats_the_copy_of_a_moving_scene():
+    result = score(truth)
+    assert result["imagine_psnr"] == PSNR_CAP_DB and result["imagine_ssim"] == pytest.approx(1.0)
+    assert result["copy_psnr"] < 40 and result["copy_ssim"] < 0.99
+    assert result["imagine_frames"] == 4  # 2 replans x frames 1, 2 (steps 2, 4 after each)
+
+
+def test_the_copy_baseline_wins_on_a_static_scene():
+    noisy = np.random.default_rng(0).integers(0, 256, (5, SIZE, 2 * SIZE, 3), dtype=np.uint8)
+    result = score(lambda t: noisy, static=True)
+    assert result["copy_psnr"] == PSNR_CAP_DB and result["copy_ssim"] == pytest.approx(1.0)
+    assert result["imagine_psnr"] < 20 and result["imagine_ssim"] < 0.5
+
+
+def test_frames_past_the_next_replan_or_the_end_are_not_scored():
+    def right_then_wrong(t):  # frames 1, 2 right; 3, 4 (past the next replan, 4 steps later) garbage
+        frames = truth(t)
+        frames[3:] = 0
+        return frames
+
+    result = score(right_then_wrong)
+    assert result["imagine_psnr"] == PSNR_CAP_DB and result["imagine_frames"] == 4
+    # One replan of 8 steps: all four frames reached (step 8 is the episode's last observation).
+    assert score(truth, replan=8, steps=8)["imagine_frames"] == 4
+    assert score(truth, replan=8, steps=7)["imagine_frames"] == 3  # frame 4 (step 8) never rendered
+    assert score(truth, stride=2, replan=1, steps=8) == dict.fromkeys(  # a replan every step: nothing reached
+        ("imagine_psnr", "imagine_ssim", "copy_psnr", "copy_ssim"), None) | {"imagine_frames": 0}
+
+
+def test_the_stride_comes_from_the_training_run_when_it_recorded_one(tmp_path):
+    from agents.wam.config import preset
+
+    model = preset("tiny")
+    ckpt = tmp_path / "run" / "checkpoint"
+    ckpt.mkdir(parents=True)
+    assert frame_stride(model, ckpt)[0] == model.default_frame_stride == 4
+    record = {"model": {"action_horizon": 16, "num_future_frames": 4}, "dataset": {"frame_stride": 3}}
+    (ckpt.parent / "train_config.json").write_text(json.dumps(record))
+    assert frame_stride(model, ckpt) == (3, str(ckpt.parent / "train_config.json"))
+    (ckpt.parent / "train_config.resumed-1.json").write_text(json.dumps({**record, "dataset": {"frame_stride": 2}}))
+    assert frame_stride(model, ckpt)[0] == 2  # a resume's settings are the newest
+    other = {"model": {"action_horizon": 32, "num_future_frames": 8}, "dataset": {"frame_stride": 1}}
+    (ckpt / "train_config.json").write_text(json.dumps(other))  # another model's run: ignored
+    assert frame_stride(model, ckpt)[0] == 2
+
+
+def test_the_demo_report_shows_the_imagination_score_beside_the_copy_baseline(tmp_path):
+    from wam_gym.demo import Demo, DemoConfig
+
+    tasks = ["wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"]
+    scores = {"imagine_psnr": 21.5, "imagine_ssim": 0.8, "copy_psnr": 20.0, "copy_ssim": 0.75, "episodes": 1, "frames": 6}
+    for agent in ("wam", "expert", "random"):
+        imagination = {"imagination": scores} if agent == "wam" else {}
+        results = {"tasks": {t: {"success_rate": 0.5, **imagination} for t in tasks},
+                   "overall": {"success_rate": 0.5, **imagination}}
+        (tmp_path / "eval" / agent).mkdir(parents=True)
+        (tmp_path / "eval" / agent / "results.json").write_text(json.dumps(results))
+    report = Demo(DemoConfig(output=str(tmp_path), tasks=tasks)).report()
+    assert report["imagination"] == scores and report["tasks"][0]["imagination"] == scores
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| wam_gym/MetaWorld-reach-v3 | 21.50 | 20.00 | 0.800 | 0.750 | 6 |" in markdown
+    assert "beats copying the current frame (PSNR) on 2 of 2 tasks" in markdown
