@@ -184,9 +184,11 @@ class _VideoRecorder:
         prediction = getattr(self.agent, "last_prediction", {}).get(0)
         future = None if prediction is None else prediction.video
         if future is not None:
-            # Frame 0 reconstructs the present; frames 1.. span the action chunk.
+            # Frame 0 reconstructs the present; frame k shows k * stride steps later (the stride the model
+            # was trained with when the imagination score knows it, else the chunk spread evenly).
             horizon = self.agent.action_horizon or len(prediction.actions)  # None: a remote chunk, executed whole
-            offset = 1 + self._since_plan * (len(future) - 1) // max(1, horizon)
+            stride = self.spec.imagination.frame_stride if self.spec.imagination else max(1, horizon // max(1, len(future) - 1))
+            offset = 1 + self._since_plan // stride
             return future_panel(frame, future, offset)
         return future_panel(frame, None, 0)
 

@@ -51,3 +51,6 @@ class ServeConfig:
         if self.EVALUATION.agent not in SERVED_AGENTS:
             raise ValueError(f"EVALUATION.agent={self.EVALUATION.agent!r} cannot be served; serve one of {SERVED_AGENTS} "
                              "(wam with ckpt=DIR, python with EVALUATION.policy=pkg.module:factory)")
+        if self.EVALUATION.imagination_score:
+            raise ValueError("EVALUATION.imagination_score scores evaluation episodes; a server runs none: drop it (the "
+                             "evaluating harness scores, e.g. python -m wam_gym.eval EVALUATION.agent=remote)")
