@@ -19,7 +19,7 @@ install: $(VENV)/.installed
 
 # The simulators' venvs install (network and disk, mostly) while the main venv's tests run (CPU).
 test: $(VENV)/.installed
-	$(MAKE) -j2 --output-sync=line test-main suite-venvs
+	$(MAKE) -j2 test-main suite-venvs
 	$(MAKE) test-suites
 
 test-main: $(VENV)/.installed
