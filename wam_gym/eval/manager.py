@@ -239,10 +239,7 @@ class EvalManager:
         """The checkpoint, its statistics and the env geometry it needs, all read here, in the
         manager: a model worker would find a problem only after minutes of loading."""
         ev = self.config.EVALUATION
-        self.ckpt = preflight.checkpoint_dir(self.config.ckpt)
-        model = preflight.load_model_config(self.ckpt / preflight.CONFIG_FILE)
-        preflight.check_against_model(ev, model)
-        self.stats = preflight.dataset_stats(self.ckpt, ev.dataset_stats_path, model)
+        self.ckpt, model, self.stats = preflight.wam_checkpoint(self.config.ckpt, ev)
         self.image_resized = preflight.check_image_size(self.env_kwargs, model, ev.allow_image_resize)
         self.imagination = imagination_spec(ev, model, self.ckpt)
         # The envs render what the checkpoint was trained on (cameras, image size) unless told otherwise.

@@ -182,8 +182,9 @@ def check_against_model(evaluation, model) -> None:
                          f"1..{model.action_horizon} actions per call; pick one in that range, or null")
 
 
-def served_checkpoint(ckpt: str | None, evaluation):
-    """``(checkpoint dir, its MoTConfig, the statistics file)`` for EVALUATION.agent=wam, all checked."""
+def wam_checkpoint(ckpt: str | None, evaluation):
+    """``(checkpoint dir, its MoTConfig, the statistics file)`` for EVALUATION.agent=wam, all checked
+    (eval's manager and ``python -m wam_gym.serve``)."""
     root = checkpoint_dir(ckpt)
     model = load_model_config(root / CONFIG_FILE)
     check_against_model(evaluation, model)

@@ -29,7 +29,6 @@ def register_schema() -> None:
 
 def build_server(config):
     """The server for ``config``, every input checked before a model worker starts."""
-    from agents.policy import load_policy_factory
     from wam_gym.broker import InferenceBroker
     from wam_gym.eval import preflight
     from wam_gym.policies import policy_factory
@@ -38,12 +37,10 @@ def build_server(config):
     ev, cameras = config.EVALUATION, config.SERVE.cameras
     ckpt = stats = None
     if ev.agent == "wam":
-        ckpt, model, stats = preflight.served_checkpoint(config.ckpt, ev)
+        ckpt, model, stats = preflight.wam_checkpoint(config.ckpt, ev)
         cameras = cameras or list(model.cameras)
     else:
-        if not ev.policy:
-            raise ValueError("EVALUATION.agent=python needs EVALUATION.policy=pkg.module:factory")
-        load_policy_factory(ev.policy)
+        preflight.check_python_policy(ev)
         if not cameras:
             raise ValueError("EVALUATION.agent=python needs SERVE.cameras=[...]: the cameras your policy takes, in order")
     broker = InferenceBroker(policy_factory(ev, config.MULTIRUN.prompt_cache_size, ckpt, stats), config.MULTIRUN)

@@ -78,6 +78,7 @@ class Session:
 
     def handle(self, frame: bytes | str) -> tuple[bytes | str | None, bool]:
         """(the reply, or None; whether to close the connection after it)."""
+        message = None  # a vla-eval error answer echoes its seq
         try:
             decoded = unpack(frame)
             message = as_message(decoded)
@@ -87,7 +88,7 @@ class Session:
                 raise ClientError(f"this connection speaks {self.protocol}; open another for {protocol}")
             return (self._vla_eval(message) if message is not None else self._openpi(decoded)), False
         except (WireError, ClientError, RemoteInferenceError, ValueError) as exc:
-            return self._error(exc, message if "message" in locals() else None)
+            return self._error(exc, message)
         except BrokerError as exc:  # the model workers are gone: this server is stopping
             return self._error(exc, None, close=True)
 
