@@ -42,3 +42,9 @@ def model_frames(
             x = F.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)
         views.append(x)
     return torch.cat(views, dim=-1)
+
+
+def video_to_uint8(frames: torch.Tensor) -> np.ndarray:
+    """(B, 3, T, H, W) in [-1, 1] -> (B, T, H, W, 3) uint8: the inverse of :func:`model_frames`'
+    scaling, for decoded predictions and for real frames scored against them."""
+    return ((frames.permute(0, 2, 3, 4, 1) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu().numpy()

@@ -17,7 +17,7 @@ import torch
 
 from agents.policy import Prediction
 from agents.wam.compile import compile_module
-from agents.wam.frames import model_frames
+from agents.wam.frames import model_frames, video_to_uint8
 from agents.wam.inference_config import InferenceConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
@@ -120,7 +120,7 @@ class WAMPolicy:
         actions = self.normalizer.unnormalize_actions(x0["action"].cpu().numpy())
         video = None
         if "video" in x0 and self.config.visualize_future_video:
-            video = _to_uint8(self.model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
+            video = video_to_uint8(self.model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
         return Prediction(actions=actions, video=video)
 
     @torch.no_grad()
@@ -201,9 +201,3 @@ def _rows(obs: Mapping[str, Any]) -> int:
             "batch one observation with envs.protocol.stack_rows([obs])"
         )
     return n
-
-
-def _to_uint8(frames: torch.Tensor) -> np.ndarray:
-    """(B, 3, T, H, W) in [-1, 1] -> (B, T, H, W, 3) uint8."""
-    return ((frames.permute(0, 2, 3, 4, 1) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu().numpy()
-

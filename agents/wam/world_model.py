@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.wam.policy import NonFiniteOutputError, Prediction, WAMPolicy, _rows, _to_uint8
+from agents.wam.frames import video_to_uint8
+from agents.wam.policy import NonFiniteOutputError, Prediction, WAMPolicy, _rows
 from envs.protocol import ACTION, INSTRUCTION, PIXELS, STATE
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class WorldModel(WAMPolicy):
             zero = torch.zeros(batch, device=self.model.device)
             _, _, next_states = self.model(latents, zero, actions, zero, state, text, return_state=True)
             states = self.normalizer.unnormalize_state(next_states.cpu().numpy())
-        video = _to_uint8(self.model.decode_latents(latents))
+        video = video_to_uint8(self.model.decode_latents(latents))
         return Prediction(actions=self.normalizer.unnormalize_actions(actions.cpu().numpy()), video=video, states=states)
 
     @torch.no_grad()

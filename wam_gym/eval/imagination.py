@@ -168,10 +168,9 @@ class ImaginationScore:
 
     def real_frame(self, obs: Mapping[str, Any]) -> np.ndarray:
         """The env's cameras as the model sees them: (H, W * cameras, 3) uint8, at the model's size."""
-        from agents.wam.frames import model_frames
+        from agents.wam.frames import model_frames, video_to_uint8
 
         pixels = obs[PIXELS]
         x = model_frames({c: np.asarray(pixels[c])[None] for c in self.spec.cameras}, self.spec.cameras,
                          self.spec.image_size, 1)
-        # [-1, 1] -> uint8 as the policy decodes its predicted frames (agents/wam/policy.py _to_uint8).
-        return ((x[0].permute(1, 2, 0) + 1) * 127.5).round().clamp(0, 255).byte().numpy()
+        return video_to_uint8(x[:, :, None])[0, 0]  # back to uint8 as the policy's predicted frames are
