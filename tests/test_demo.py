@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ def test_quick_demo_produces_every_artifact(tmp_path):
     run = subprocess.run([sys.executable, "-m", "wam_gym.demo", "--quick", "--output", str(out)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    for path in ("data/meta/info.json", "data/meta/stats.json", "cache/cache_meta.json",
+    for path in ("data/meta/info.json", "data/meta/stats.json", "vae/config.json", "vae/fit_vae.json", "cache/cache_meta.json",
                  "train/checkpoint/wam_config.json", "train/checkpoint/dataset_stats.json", "report.md"):
         assert (out / path).is_file(), path
     assert list((out / "train" / "tensorboard").glob("events.*"))
@@ -30,7 +31,11 @@ def test_quick_demo_produces_every_artifact(tmp_path):
     size = report["config"]["image_size"]
     assert frames.shape[1:] == (size, 2 * 2 * size, 3)  # two cameras | the predicted future
     assert "| task | WAM | scripted expert | random |" in (out / "report.md").read_text()
+    # every stage printed progress (the piped console gets a line at most every 30 s, and the stage's time)
+    for stage in ("collect", "fit_vae", "cache", "train", "eval_wam"):
+        assert re.search(rf"\[demo\] {stage}: \d+ s", run.stdout), stage
+    assert json.loads((out / "train" / "checkpoint" / "wam_config.json").read_text())["vae"]["z_dim"] == 16
     # a rerun resumes: every stage is found done
     again = subprocess.run([sys.executable, "-m", "wam_gym.demo", "--quick", "--output", str(out)],
                            capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("done already") == 6
+    assert again.returncode == 0 and again.stdout.count("done already") == 7

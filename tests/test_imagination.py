@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import imageio.v3 as iio
 import numpy as np
 import pytest
 
@@ -123,6 +124,8 @@ def test_the_stride_comes_from_the_training_run_when_it_recorded_one(tmp_path):
 
 def test_the_demo_report_shows_the_imagination_score_beside_the_copy_baseline(tmp_path):
     from wam_gym.demo import Demo, DemoConfig
+    from wam_gym.results import task_slug
+    from wam_gym.utils.video import write_mp4
 
     tasks = ["wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"]
     scores = {"imagine_psnr": 21.5, "imagine_ssim": 0.8, "copy_psnr": 20.0, "copy_ssim": 0.75, "episodes": 1, "frames": 6}
@@ -130,10 +133,29 @@ def test_the_demo_report_shows_the_imagination_score_beside_the_copy_baseline(tm
         imagination = {"imagination": scores} if agent == "wam" else {}
         results = {"tasks": {t: {"success_rate": 0.5, **imagination} for t in tasks},
                    "overall": {"success_rate": 0.5, **imagination}}
+        if agent == "wam":
+            results["imagination"] = {"cameras": ["corner"], "image_size": [16, 16], "frame_stride": 4}
         (tmp_path / "eval" / agent).mkdir(parents=True)
         (tmp_path / "eval" / agent / "results.json").write_text(json.dumps(results))
+    # A rollout video whose imagined half (right) at step t shows exactly what the env renders at t + 4.
+    brightness = np.arange(40) * 6
+    video = np.zeros((40, 16, 32, 3), np.uint8)
+    video[:, :, :16] = brightness[:, None, None, None]
+    video[:-4, :, 16:] = brightness[4:, None, None, None]
+    write_mp4(tmp_path / "eval" / "wam" / "videos" / task_slug(tasks[0]) / "00000.mp4", video)
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "vae" / "fit_vae.json").write_text(json.dumps(
+        {"held_out_psnr": 26.1, "mean_image_psnr": 19.0, "steps": 400, "train_s": 200.0}))
+
     report = Demo(DemoConfig(output=str(tmp_path), tasks=tasks)).report()
     assert report["imagination"] == scores and report["tasks"][0]["imagination"] == scores
     markdown = (tmp_path / "report.md").read_text()
     assert "| wam_gym/MetaWorld-reach-v3 | 21.50 | 20.00 | 0.800 | 0.750 | 6 |" in markdown
     assert "beats copying the current frame (PSNR) on 2 of 2 tasks" in markdown
+    assert "reconstructs held-out demo clips at 26.1 dB PSNR; predicting the mean image scores 19.0 dB" in markdown
+    assert report["strip"] == "imagination_strip.png" and "![real vs imagined](imagination_strip.png)" in markdown
+    strip = iio.imread(tmp_path / "imagination_strip.png")
+    assert strip.shape == (32, 6 * 16, 3)  # real over imagined, 6 columns of one 16x16 camera
+    real, imagined = strip[:16].astype(int), strip[16:].astype(int)
+    assert np.abs(real - imagined).max() <= 8  # the same steps (up to the mp4's compression)
+    assert real[:, -16:].mean() > real[:, :16].mean() + 100  # columns run through the episode

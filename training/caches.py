@@ -163,15 +163,20 @@ def generate(model, clips, directory: Path, fields: list[str], max_text_samples:
 def _generate_video(model, clips, directory: Path, batch_size: int) -> int:
     if not clips.load_video:
         raise ValueError("generating video latents needs the clips' frames: run without infra.latent_cache=true")
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(clips), unit="clip", desc="video latents", dynamic_ncols=True)
     for shard_start in range(0, len(clips), SHARD_SIZE):
         indices = range(shard_start, min(shard_start + SHARD_SIZE, len(clips)))
         latents = []
         for start in range(0, len(indices), batch_size):
             frames = torch.stack([clips[i]["video"] for i in indices[start : start + batch_size]])
             latents.append(model.encode_video(frames.to(model.device)).cpu())
+            bar.update(len(frames))
         tmp = directory / (_shard_name(shard_start // SHARD_SIZE) + ".tmp")
         save_file({"video": torch.cat(latents).contiguous()}, str(tmp))
         tmp.replace(directory / _shard_name(shard_start // SHARD_SIZE))
+    bar.close()
     return len(clips)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ def collect(
 
     writer: DatasetWriter | None = None
     per_env: dict[str, dict[str, Any]] = {}
+    counter = _Counter(len(envs) * episodes, say)
     try:
         for env_id in envs:
             env = envs_pkg.make(env_id, **_env_kwargs(size, cameras, max_steps))
@@ -106,7 +108,7 @@ def collect(
                         f"{writer.fps} fps with {list(writer.cameras)}: one dataset needs one fps and camera set"
                     )
                 demonstrator = make_agent(agent, action_space=env.action_space, seed=seed)
-                per_env[env_id] = _run_env(env_id, env, demonstrator, writer, episodes, seed, only_success, say)
+                per_env[env_id] = _run_env(env_id, env, demonstrator, writer, episodes, seed, only_success, counter)
             finally:
                 env.close()
         assert writer is not None
@@ -131,6 +133,20 @@ def collect(
     return summary
 
 
+class _Counter:
+    """Each episode's line, prefixed with the count so far, the rate and the time left."""
+
+    def __init__(self, total: int, say: Callable[[str], None]):
+        self.total, self.say, self.done, self.start = total, say, 0, time.perf_counter()
+
+    def __call__(self, message: str, kept: bool = False) -> None:
+        self.done += kept
+        elapsed = time.perf_counter() - self.start
+        per = elapsed / max(1, self.done)
+        self.say(f"[{self.done}/{self.total} episodes, {per:.1f} s/episode, ETA {per * (self.total - self.done):.0f} s] "
+                 f"{message}")
+
+
 def _run_env(env_id, env, agent, writer: DatasetWriter, episodes: int, seed: int, only_success: bool, say) -> dict[str, Any]:
     budget = RETRY_FACTOR * episodes if only_success else episodes
     kept = attempts = successes = frames = 0
@@ -150,7 +166,7 @@ def _run_env(env_id, env, agent, writer: DatasetWriter, episodes: int, seed: int
             frames += episode.steps
             seeds.append(episode_seed)
             outcome = "success" if episode.success else "failure"
-            say(f"{env_id} seed {episode_seed}: {outcome} in {episode.steps} steps -> episode {ep}")
+            say(f"{env_id} seed {episode_seed}: {outcome} in {episode.steps} steps -> episode {ep}", kept=True)
         else:
             writer.clear_episode()
             say(f"{env_id} seed {episode_seed}: failure in {episode.steps} steps, dropped (--only-success)")

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from agents.wam.checkpoint import build_model, load_pretrained, save_pretrained
+from agents.wam.checkpoint import build_model, fit_to_vae, load_pretrained, save_pretrained
 from agents.wam.compile import compile_module, compiled_config
 from agents.wam.inference_config import InferenceConfig
 from agents.wam.lora import add_lora
@@ -83,6 +83,7 @@ def open_dataset(cfg: TrainConfig) -> LeRobotDataset:
     dataset = LeRobotDataset(cfg.dataset.root, cache_episodes=cfg.dataset.cache_episodes)
     if not cfg.init_from:
         _fit_geometry(cfg.model, dataset)
+        fit_to_vae(cfg.model)
     return dataset
 
 

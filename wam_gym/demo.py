@@ -1,11 +1,13 @@
 """The embedded default, end to end on a CPU: ``python -m wam_gym.demo`` (what ``make demo`` runs).
 
     1. collect   scripted-expert demos of the demo tasks        python -m training.collect
-    2. cache     VAE latents + text features of every clip      python scripts/video_cache.py
-    3. train     the tiny MoT WAM from the cache                python -m training task=demo +infra=cache
-    4. evaluate  WAM, scripted expert and random agent,         python -m wam_gym.eval
-                 closed loop through the broker, vector of env actors, videos with predicted frames
-    5. report    report.md / report.json: success per task, side by side
+    2. fit_vae   a small VAE fitted to the demos' clips          python -m training.fit_vae
+    3. cache     VAE latents + text features of every clip      python scripts/video_cache.py
+    4. train     the tiny MoT WAM from the cache                python -m training task=demo +infra=cache
+    5. evaluate  WAM, scripted expert and random agent,         python -m wam_gym.eval
+                 closed loop through the broker, vector of env actors, videos with predicted frames,
+                 the imagination score (predicted vs rendered frames, and the copy-frame baseline)
+    6. report    report.md / report.json: success per task, side by side
 
 Each stage is the real command a user would type (printed, logged to <output>/logs/); a
 stage whose outputs exist is skipped (an evaluation only when its results.json says complete),
@@ -18,14 +20,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import imageio.v3 as iio
+import numpy as np
+
 from wam_gym.eval.tasks import TASK_SETS
+from wam_gym.results import task_slug
+from wam_gym.utils.publish import atomic_path
+from wam_gym.utils.video import imagination_strip, read_mp4
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +46,7 @@ class DemoConfig:
     tasks: list[str] = field(default_factory=lambda: list(TASK_SETS["metaworld_demo"]))  # env ids
     episodes: int = 12  # expert demos per task
     image_size: int = 48  # pixels, square, for demos, training and evaluation
+    vae_steps: int = 600  # optimizer steps of the VAE fit (python -m training.fit_vae)
     train_steps: int = 1500  # optimizer steps of the tiny WAM
     batch_size: int = 32  # clips per training step
     trials: int = 10  # evaluation episodes per task and agent
@@ -48,7 +59,7 @@ class DemoConfig:
 
     @classmethod
     def quick(cls, output: str) -> DemoConfig:
-        return cls(output=output, tasks=cls().tasks[:2], episodes=2, image_size=32, train_steps=4, batch_size=4,
+        return cls(output=output, tasks=cls().tasks[:2], episodes=2, image_size=32, vae_steps=2, train_steps=4, batch_size=4,
                    trials=1, max_episode_steps=12, inference_steps=2, actors=1)
 
 
@@ -63,6 +74,7 @@ class Demo:
     def run(self) -> dict:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.collect()
+        self.fit_vae()
         self.cache()
         self.train()
         for agent in ("wam", "expert", "random"):
@@ -76,13 +88,14 @@ class Demo:
         print(f"[demo] {name}: {shlex.join(command)}", flush=True)
         start = time.perf_counter()
         log = self.logs / f"{name}.log"
-        with open(log, "w") as handle:
-            result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT,
-                                    env={**os.environ, **(env or {})})
+        with open(log, "wb") as handle:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
+                                       env={**os.environ, **(env or {})})
+            returncode = _follow(process, handle, Progress(name))
         self.timings[name] = round(time.perf_counter() - start, 1)
-        if result.returncode != 0:
-            tail = "\n".join(log.read_text().splitlines()[-15:])
-            sys.exit(f"[demo] {name} failed (exit {result.returncode}); log: {log}\n{tail}")
+        if returncode != 0:
+            tail = "\n".join(log.read_text(errors="replace").replace("\r", "\n").splitlines()[-15:])
+            sys.exit(f"[demo] {name} failed (exit {returncode}); log: {log}\n{tail}")
         print(f"[demo] {name}: {self.timings[name]:.0f} s", flush=True)
 
     def collect(self) -> None:
@@ -93,10 +106,18 @@ class Demo:
             command += ["--env", task]
         self._stage("collect", command, self.out / "data" / "meta" / "info.json")
 
+    def fit_vae(self) -> None:
+        c = self.config
+        command = [sys.executable, "-m", "training.fit_vae", f"dataset.root={self.out / 'data'}",
+                   f"output_dir={self.out / 'vae'}", f"dataset.image_size=[{c.image_size},{c.image_size}]",
+                   f"steps={c.vae_steps}", f"log_every={max(1, c.vae_steps // 6)}"]
+        self._stage("fit_vae", command, self.out / "vae" / "fit_vae.json")
+
     def _train_overrides(self) -> list[str]:
         c = self.config
         return [
             "task=demo", f"dataset.root={self.out / 'data'}", f"output_dir={self.out / 'train'}",
+            f"model.vae_path={self.out / 'vae'}",
             f"model.image_size=[{c.image_size},{c.image_size}]", f"max_steps={c.train_steps}",
             f"batch_size={c.batch_size}", "+infra=cache", "infra.compile.enabled=false",
             f"save_every={max(1, c.train_steps // 3)}", f"warmup_steps={min(100, c.train_steps // 10)}",
@@ -142,6 +163,7 @@ class Demo:
             rows.append({"task": task, **rate, "wam_beats_random": (rate["wam"] or 0) > (rate["random"] or 0),
                          "imagination": results["wam"]["tasks"].get(task, {}).get("imagination")})
         videos = sorted(str(p.relative_to(self.out)) for p in (self.out / "eval" / "wam" / "videos").rglob("*.mp4"))
+        vae = json.loads((self.out / "vae" / "fit_vae.json").read_text())
         report = {
             "config": asdict(self.config),
             "tasks": rows,
@@ -149,6 +171,8 @@ class Demo:
             "tasks_where_wam_beats_random": sum(r["wam_beats_random"] for r in rows),
             # the WAM's predicted frames vs the frames the env rendered, and the copy-the-current-frame baseline's
             "imagination": results["wam"]["overall"].get("imagination"),
+            "vae": {k: vae.get(k) for k in ("held_out_psnr", "mean_image_psnr", "steps", "train_s")},
+            "strip": self._strip(results["wam"], videos),
             "broker": results["wam"].get("broker", {}),
             "timings_s": self.timings,
             "outputs": {
@@ -161,6 +185,76 @@ class Demo:
         print(_markdown(report))
         print(f"[demo] everything is under {self.out}")
         return report
+
+
+    def _strip(self, wam: dict, videos: list[str]) -> str | None:
+        """imagination_strip.png: per task (its first rollout), the frames the env rendered over
+        the frames the WAM imagined for those steps (see wam_gym.utils.video.imagination_strip)."""
+        spec = wam.get("imagination")
+        if not spec or self.config.replan_steps % spec["frame_stride"]:
+            return None
+        rows = []
+        for task in self.config.tasks:
+            first = next((v for v in videos if v.split("/")[-2] == task_slug(task)), None)
+            if first is not None:
+                rows.append(imagination_strip(read_mp4(self.out / first), spec["frame_stride"]))
+        if not rows:
+            return None
+        width = max(r.shape[1] for r in rows)
+        gap = np.full((2, width, 3), 255, np.uint8)
+        padded = [np.pad(r, ((0, 0), (0, width - r.shape[1]), (0, 0))) for r in rows]
+        image = np.concatenate([x for r in padded for x in (r, gap)][:-1])
+        with atomic_path(self.out / "imagination_strip.png") as tmp:
+            iio.imwrite(tmp, image, extension=".png")
+        return "imagination_strip.png"
+
+
+class Progress:
+    """One live console line per stage: the newest progress text the stage's command printed (its
+    tqdm bar with count, rate and ETA, or its last log line). On a terminal the line is redrawn in
+    place; in a log (CI, a pipe) a line is printed at most every ``every_s`` seconds."""
+
+    def __init__(self, stage: str, every_s: float = 30.0):
+        self.stage, self.every_s = stage, every_s
+        self.tty = sys.stdout.isatty()
+        self.last_print = time.perf_counter()
+        self.start = self.last_print
+        self.latest = ""
+
+    def update(self, text: str) -> None:
+        text = " ".join(text.split())
+        if not text or text.startswith("[W"):  # skip empty redraws and C++ warnings
+            return
+        self.latest = text
+        now = time.perf_counter()
+        if self.tty:
+            width = shutil.get_terminal_size().columns - 1
+            line = f"[demo] {self.stage} {now - self.start:4.0f}s | {text}"
+            print("\r" + line[:width].ljust(width), end="", flush=True)
+        elif now - self.last_print >= self.every_s:
+            print(f"[demo] {self.stage} {now - self.start:.0f}s | {text}", flush=True)
+            self.last_print = now
+
+    def close(self) -> None:
+        if self.tty and self.latest:
+            print("\r" + " " * (shutil.get_terminal_size().columns - 1) + "\r", end="", flush=True)
+
+
+def _follow(process: subprocess.Popen, log, progress: Progress) -> int:
+    """Copy the process's output to ``log`` as it comes and feed its newest line (tqdm redraws
+    end in a carriage return) to ``progress``; returns the exit status."""
+    pending = b""
+    try:
+        while chunk := process.stdout.read1(65536):
+            log.write(chunk)
+            log.flush()
+            pending += chunk
+            *lines, pending = re.split(rb"[\r\n]", pending)
+            for line in lines:
+                progress.update(line.decode(errors="replace"))
+        return process.wait()
+    finally:
+        progress.close()
 
 
 def _finished(done: Path) -> bool:
@@ -186,7 +280,7 @@ def _markdown(report: dict) -> str:
     o = report["overall"]
     lines += [f"| **overall** | {pct(o['wam'])} | {pct(o['expert'])} | {pct(o['random'])} |", "",
               f"The WAM beats the random agent on {report['tasks_where_wam_beats_random']} of {len(report['tasks'])} tasks.",
-              "", *_imagination_markdown(report), f"Stage times (s): {report['timings_s']}", "",
+              "", *_imagination_markdown(report), *_vae_markdown(report), f"Stage times (s): {report['timings_s']}", "",
               "Outputs: dataset `data/`, checkpoint `train/checkpoint/`, tensorboard `train/tensorboard/` "
               "(`tensorboard --logdir " + "train/tensorboard`), rollout videos with predicted frames beside them:"]
     lines += [f"- `{v}`" for v in report["outputs"]["videos"]]
@@ -213,8 +307,19 @@ def _imagination_markdown(report: dict) -> list[str]:
                      f"{(scores or {}).get('frames', 0)} |")
     better = sum(1 for _, s in named if s and s.get("imagine_psnr") is not None
                  and s.get("copy_psnr") is not None and s["imagine_psnr"] > s["copy_psnr"])
-    return [*lines, "", f"The WAM's imagination beats copying the current frame (PSNR) on {better} of "
-            f"{len(named)} tasks.", ""]
+    lines += ["", f"The WAM's imagination beats copying the current frame (PSNR) on {better} of {len(named)} tasks.", ""]
+    if report.get("strip"):
+        lines += ["Per task (its first rollout), the frames the env rendered (top) over what the WAM imagined "
+                  "for those steps one replan stride earlier (bottom):", "", f"![real vs imagined]({report['strip']})", ""]
+    return lines
+
+
+def _vae_markdown(report: dict) -> list[str]:
+    vae = report.get("vae") or {}
+    if vae.get("held_out_psnr") is None:
+        return []
+    return [f"The VAE (`vae/`, {vae['steps']} steps, {vae['train_s']:.0f} s) reconstructs held-out demo clips at "
+            f"{vae['held_out_psnr']:.1f} dB PSNR; predicting the mean image scores {vae['mean_image_psnr']:.1f} dB.", ""]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 from transformers import AutoTokenizer, UMT5EncoderModel
 
 from agents.wam.action_expert import ActionExpert
-from agents.wam.config import MoTConfig
+from agents.wam.config import MoTConfig, VAEConfig
 from agents.wam.lora import base_state_dict, has_lora, load_lora, save_lora
 from agents.wam.mot import MoTWAM
 from agents.wam.precision import module_dtype
@@ -115,17 +115,19 @@ def _load_components(root: Path, names: tuple[str, ...], config: MoTConfig) -> d
             components[name] = AutoTokenizer.from_pretrained(str(root / name), local_files_only=True)
             continue
         _require_weights(root / name, root)
-        dtype = module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[name]))
-        try:
-            components[name] = COMPONENTS[name].from_pretrained(
-                str(root / name), torch_dtype=dtype, local_files_only=True, use_safetensors=True
-            )
-        except (OSError, ValueError, RuntimeError) as exc:  # what diffusers/transformers raise for a bad file
-            raise MissingCheckpointError(
-                f"{root}: {name}/ cannot be loaded ({_root_cause(exc)}); its files are truncated or corrupt: "
-                "re-save the checkpoint (or copy it again)"
-            ) from exc
+        components[name] = _load_component(name, root / name, config)
     return components
+
+
+def _load_component(name: str, folder: Path, config: MoTConfig) -> torch.nn.Module:
+    dtype = module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[name]))
+    try:
+        return COMPONENTS[name].from_pretrained(str(folder), torch_dtype=dtype, local_files_only=True, use_safetensors=True)
+    except (OSError, ValueError, RuntimeError) as exc:  # what diffusers/transformers raise for a bad file
+        raise MissingCheckpointError(
+            f"{folder.parent}: {folder.name}/ cannot be loaded ({_root_cause(exc)}); its files are truncated or corrupt: "
+            "re-save the checkpoint (or copy it again)"
+        ) from exc
 
 
 def _root_cause(exc: BaseException) -> str:
@@ -159,20 +161,44 @@ def load_pretrained(directory: str | Path, **overrides: Any) -> MoTWAM:
 
 def build_model(config: MoTConfig) -> MoTWAM:
     """A model for ``config``: random weights, or Wan's components from ``config.pretrained_path``
-    (a local diffusers directory of a Wan model) with a fresh action expert."""
-    if config.pretrained_path is None:
-        if config.preset != "tiny":
-            raise MissingCheckpointError(
-                f"preset {config.preset!r} loads Wan weights from a local directory: set "
-                "model.pretrained_path=/path/to/<Wan>-Diffusers (download it where a hub is reachable, e.g. "
-                "`huggingface-cli download Wan-AI/Wan2.2-TI2V-5B-Diffusers --local-dir DIR`, then copy it here)"
-            )
-        return MoTWAM(config)
-    root = Path(config.pretrained_path).expanduser()
-    _require_dir(root, "model.pretrained_path", "wam_gym never downloads; pass a local diffusers directory of a Wan model")
-    components = _load_components(root, _WAN_PARTS, config)
-    _check_preset_shape(config, components["transformer"].config)
+    (a local diffusers directory of a Wan model) with a fresh action expert; the VAE from
+    ``config.vae_path`` when set (call :func:`fit_to_vae` first so the config has its geometry)."""
+    components = {}
+    if config.pretrained_path is None and config.preset != "tiny":
+        raise MissingCheckpointError(
+            f"preset {config.preset!r} loads Wan weights from a local directory: set "
+            "model.pretrained_path=/path/to/<Wan>-Diffusers (download it where a hub is reachable, e.g. "
+            "`huggingface-cli download Wan-AI/Wan2.2-TI2V-5B-Diffusers --local-dir DIR`, then copy it here)"
+        )
+    if config.pretrained_path is not None:
+        root = Path(config.pretrained_path).expanduser()
+        _require_dir(root, "model.pretrained_path", "wam_gym never downloads; pass a local diffusers directory of a Wan model")
+        components = _load_components(root, _WAN_PARTS, config)
+        _check_preset_shape(config, components["transformer"].config)
+    if config.vae_path is not None:
+        components["vae"] = _load_component("vae", _vae_dir(config), config)
     return MoTWAM(config, **components)
+
+
+def fit_to_vae(config: MoTConfig) -> None:
+    """Give a fresh model's config the geometry of the VAE at ``config.vae_path``: ``vae.*`` from its
+    config.json, and the backbone's latent channels (its z_dim)."""
+    if config.vae_path is None:
+        return
+    folder = _vae_dir(config)
+    config.vae = VAEConfig.from_diffusers(_read_json(folder / "config.json"))
+    config.backbone.in_channels = config.backbone.out_channels = config.vae.z_dim
+    try:
+        config.check_vae_geometry()  # image size and future frames must fit the VAE's factors
+    except ValueError as exc:
+        raise ValueError(f"model.vae_path={config.vae_path}: {exc}") from None
+
+
+def _vae_dir(config: MoTConfig) -> Path:
+    folder = Path(config.vae_path).expanduser()
+    _require_dir(folder, "model.vae_path", "pass the folder `python -m training.fit_vae output_dir=...` wrote")
+    _require_weights(folder, folder)
+    return folder
 
 
 def _check_preset_shape(config: MoTConfig, loaded) -> None:

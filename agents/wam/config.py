@@ -81,6 +81,15 @@ class VAEConfig:
     scale_factor_temporal: int = 4  # pixel frames per latent frame (after the first)
     scale_factor_spatial: int = 8  # pixels per latent cell side
 
+    @classmethod
+    def from_diffusers(cls, config: dict[str, Any]) -> VAEConfig:
+        """The geometry of a saved ``AutoencoderKLWan`` (its config.json); the scale factors follow from it."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"scale_factor_temporal", "scale_factor_spatial"}
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in known}
+        vae = cls(**kwargs)
+        return dataclasses.replace(vae, scale_factor_temporal=2 ** sum(bool(t) for t in vae.temperal_downsample),
+                                   scale_factor_spatial=2 ** (len(vae.dim_mult) - 1) * (vae.patch_size or 1))
+
     def vae_kwargs(self) -> dict[str, Any]:
         kwargs = dataclasses.asdict(self)
         kwargs["dim_mult"] = list(self.dim_mult)
@@ -110,6 +119,9 @@ class MoTConfig:
 
     preset: str = "tiny"  # the preset this config started from (model=<preset>), for logs and checkpoints
     pretrained_path: str | None = None  # local diffusers folder of a Wan model (transformer/, vae/, ...); null: random weights
+    # A local AutoencoderKLWan folder (python -m training.fit_vae writes one) replacing the preset's VAE;
+    # its geometry sets vae.* and the backbone's latent channels. null: the preset's (random or Wan) VAE.
+    vae_path: str | None = None
     backbone: BackboneConfig = field(default_factory=BackboneConfig)  # the video expert
     action_expert: ActionExpertConfig = field(default_factory=ActionExpertConfig)  # the action expert
     vae: VAEConfig = field(default_factory=VAEConfig)  # pixels <-> latents
@@ -132,6 +144,12 @@ class MoTConfig:
             raise ValueError(
                 f"model.backbone.attention_backend={self.backbone.attention_backend!r}: choose one of {BACKENDS}"
             )
+        if self.vae_path is None:  # else the VAE's own geometry is checked when it is read (checkpoint.fit_to_vae)
+            self.check_vae_geometry()
+        if self.vae_micro_batch_size is not None and self.vae_micro_batch_size < 1:
+            raise ValueError("vae_micro_batch_size must be null (whole batch) or a positive integer")
+
+    def check_vae_geometry(self) -> None:
         if self.num_future_frames % self.vae.scale_factor_temporal:
             raise ValueError(
                 f"num_future_frames={self.num_future_frames} must be a multiple of the VAE's temporal "
@@ -140,8 +158,6 @@ class MoTConfig:
         multiple = self.spatial_multiple
         if any(s % multiple for s in self.image_size):
             raise ValueError(f"image_size={tuple(self.image_size)} must be divisible by {multiple} (VAE x patch)")
-        if self.vae_micro_batch_size is not None and self.vae_micro_batch_size < 1:
-            raise ValueError("vae_micro_batch_size must be null (whole batch) or a positive integer")
 
     @property
     def spatial_multiple(self) -> int:

@@ -203,3 +203,23 @@ class EpisodeVideo:
 
     def save(self, path: str | os.PathLike, fps: float = 20) -> Path:
         return write_mp4(path, self.frames, fps=fps)
+
+
+def imagination_strip(video: np.ndarray, frame_stride: int, columns: int = 6) -> np.ndarray:
+    """Real vs imagined frames from a rollout video recorded with its predicted future beside it
+    (:func:`future_panel`, left half real, right half imagined): ``(2H, columns * W, 3)``, the top
+    row what the env rendered at step ``i + frame_stride``, the bottom row what the model imagined
+    for that step at step ``i`` (a replan step: the panel then shows the chunk's frame 1, which is
+    ``frame_stride`` steps ahead). ``i`` runs over multiples of ``frame_stride`` spread over the episode,
+    so the replans must fall on them (``replan_steps`` a multiple of ``frame_stride``)."""
+    video = np.asarray(video)
+    if video.ndim != 4 or video.shape[2] % 2:
+        raise ValueError(f"video must be (T, H, 2W, 3) with the prediction on the right, got shape {video.shape}")
+    starts = np.arange(0, len(video) - frame_stride, frame_stride)
+    if not len(starts):
+        raise ValueError(f"the video has {len(video)} frames: too short for one frame {frame_stride} steps ahead")
+    picks = starts[np.linspace(0, len(starts) - 1, min(columns, len(starts))).round().astype(int)]
+    half = video.shape[2] // 2
+    real = np.concatenate([video[i + frame_stride, :, :half] for i in picks], axis=1)
+    imagined = np.concatenate([video[i, :, half:] for i in picks], axis=1)
+    return np.concatenate([real, imagined], axis=0)
