@@ -39,3 +39,17 @@ def test_quick_demo_produces_every_artifact(tmp_path):
     again = subprocess.run([sys.executable, "-m", "wam_gym.demo", "--quick", "--output", str(out)],
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done already") == 7
+
+
+def test_a_stage_shows_its_newest_progress_line_and_keeps_the_whole_log(tmp_path, capsys):
+    from wam_gym.demo import Progress, _follow
+
+    script = "import time\nfor i in range(1, 4):\n    print(f'\\r{i}/3 [00:0{i}<00:0{3 - i}]', end='', flush=True)\n" \
+             "    time.sleep(0.05)\nprint('\\ndone')\n"
+    log = tmp_path / "stage.log"
+    with open(log, "wb") as handle:
+        process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert _follow(process, handle, Progress("train", every_s=0.0)) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[:3] == [f"[demo] train 0s | {i}/3 [00:0{i}<00:0{3 - i}]" for i in (1, 2, 3)] and shown[3].endswith("| done")
+    assert log.read_bytes() == b"\r1/3 [00:01<00:02]\r2/3 [00:02<00:01]\r3/3 [00:03<00:00]\ndone\n"

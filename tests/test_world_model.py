@@ -209,6 +209,7 @@ def test_interaction_loop_replay_writes_videos_and_scores(ckpt, data, tmp_path):
     # 40-frame episode, 16 actions per iteration: the third iteration starts at frame 32, the fourth would pass the end.
     assert score["iterations"] == 3 and score["frames"] == 1 + 3 * 4
     assert len(score["per_frame_psnr"]) == 12 and 0 < score["psnr"] < 100 and -1 <= score["ssim"] <= 1
+    assert len(score["copy_per_frame_psnr"]) == 12 and 0 < score["copy_psnr"] <= 100 and -1 <= score["copy_ssim"] <= 1
     assert read_mp4(out / "imagined.mp4").shape == (13, SIZE, 2 * SIZE, 3)
     assert read_mp4(out / "interaction.mp4").shape == (13, SIZE, 4 * SIZE, 3)
 
