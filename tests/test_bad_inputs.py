@@ -164,6 +164,12 @@ def wan_without_weights(ctx: Ctx):
     build_model(preset("wan22_ti2v_5b"))  # no pretrained_path
 
 
+def vae_path_missing(ctx: Ctx):
+    from agents.wam import build_model, preset
+
+    build_model(preset("tiny", vae_path=str(ctx.tmp / "no-vae")))
+
+
 def predict(corrupt: Callable[[dict], object]) -> Callable[[Ctx], object]:
     def trigger(ctx: Ctx):
         from tests.test_wam_model import observation  # 2 rows, corner + gripperPOV at 64x64, 4-d state
@@ -586,6 +592,10 @@ def cases() -> list[Case]:
              r"unknown model preset 'huge'; choose one of \['tiny', 'wan21_t2v_1_3b', 'wan22_ti2v_5b'\]"),
         Case("model-wan-without-weights", wan_without_weights, MissingCheckpointError,
              r"preset 'wan22_ti2v_5b' loads Wan weights.*set model\.pretrained_path="),
+        Case("model-vae-path-missing", vae_path_missing, MissingCheckpointError,
+             r"model\.vae_path \S+ is not a local directory; pass the folder `python -m training\.fit_vae output_dir=\.\.\.` wrote"),
+        Case("train-fit-vae-without-dataset", call("training.fit_vae:FitVAEConfig", output_dir="vae"), ValueError,
+             r"dataset\.root is not set: collect demos with `python -m training\.collect \.\.\.` and pass the folder"),
         Case("model-bad-image-size", call("agents.wam.config:preset", "tiny", image_size=(60, 64)), ValueError,
              r"image_size=\(60, 64\) must be divisible by 16"),
         Case("model-bad-precision", call("agents.wam.precision:PrecisionConfig", vae="bf16"), ValueError,
