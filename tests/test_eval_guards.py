@@ -307,8 +307,8 @@ def test_demo_reruns_an_incomplete_evaluation_stage(tmp_path, monkeypatch):
     from wam_gym import demo
 
     calls = []
-    monkeypatch.setattr(demo.subprocess, "run", lambda command, **kw: calls.append(command) or
-                        subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(demo.subprocess, "Popen", lambda command, **kw: calls.append(command))
+    monkeypatch.setattr(demo, "_follow", lambda process, log, progress: 0)  # the stage's command "exits 0"
     d = demo.Demo(demo.DemoConfig(output=str(tmp_path)))
     d.logs.mkdir(parents=True)
     results_json = tmp_path / "eval" / "expert" / "results.json"

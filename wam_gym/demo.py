@@ -53,6 +53,7 @@ class DemoConfig:
     eval_seed: int = 1000  # demos use seeds 0.., evaluation unseen ones
     max_episode_steps: int = 150  # demos and evaluation stop here
     replan_steps: int = 8  # actions executed from each predicted chunk
+    frame_stride: int = 4  # env steps between predicted frames (VAE clips and training, dataset.frame_stride)
     inference_steps: int = 10  # denoising steps per model call
     shift: float = 3.0  # flow-matching timestep shift of the sampler
     actors: int = 2  # rollout actors per model worker
@@ -110,6 +111,7 @@ class Demo:
         c = self.config
         command = [sys.executable, "-m", "training.fit_vae", f"dataset.root={self.out / 'data'}",
                    f"output_dir={self.out / 'vae'}", f"dataset.image_size=[{c.image_size},{c.image_size}]",
+                   f"dataset.frame_stride={c.frame_stride}",
                    f"steps={c.vae_steps}", f"log_every={max(1, c.vae_steps // 5)}",
                    # 8x spatial, not fit_vae's default 4x: 4x latents quadruple the MoT's video tokens and
                    # double its training time, which the demo's 20 minutes cannot pay (BENCHMARKS.md).
@@ -122,6 +124,7 @@ class Demo:
             "task=demo", f"dataset.root={self.out / 'data'}", f"output_dir={self.out / 'train'}",
             f"model.vae_path={self.out / 'vae'}",
             f"model.image_size=[{c.image_size},{c.image_size}]", f"max_steps={c.train_steps}",
+            f"dataset.frame_stride={c.frame_stride}",
             f"batch_size={c.batch_size}", "+infra=cache", "infra.compile.enabled=false",
             f"save_every={max(1, c.train_steps // 3)}", f"warmup_steps={min(100, c.train_steps // 10)}",
         ]
