@@ -338,9 +338,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-steps", type=int)
     parser.add_argument("--episodes", type=int)
     parser.add_argument("--trials", type=int)
+    parser.add_argument("--frame-stride", type=int, help="env steps between predicted frames (default 4)")
+    parser.add_argument("--replan-steps", type=int, help="actions executed per chunk (default 8)")
     args = parser.parse_args(argv)
     config = DemoConfig.quick(args.output) if args.quick else DemoConfig(output=args.output)
-    for name in ("vae_steps", "train_steps", "episodes", "trials"):
+    for name in ("vae_steps", "train_steps", "episodes", "trials", "frame_stride", "replan_steps"):
         if getattr(args, name) is not None:
             setattr(config, name, getattr(args, name))
     os.environ.setdefault("MUJOCO_GL", "egl")
