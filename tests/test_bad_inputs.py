@@ -593,7 +593,8 @@ def cases() -> list[Case]:
         Case("model-wan-without-weights", wan_without_weights, MissingCheckpointError,
              r"preset 'wan22_ti2v_5b' loads Wan weights.*set model\.pretrained_path="),
         Case("model-vae-path-missing", vae_path_missing, MissingCheckpointError,
-             r"model\.vae_path \S+ is not a local directory; pass the folder `python -m training\.fit_vae output_dir=\.\.\.` wrote"),
+             r"model\.vae_path \S+ is not a local directory; "
+             r"pass the folder `python -m training\.fit_vae output_dir=\.\.\.` wrote"),
         Case("train-fit-vae-without-dataset", call("training.fit_vae:FitVAEConfig", output_dir="vae"), ValueError,
              r"dataset\.root is not set: collect demos with `python -m training\.collect \.\.\.` and pass the folder"),
         Case("model-bad-image-size", call("agents.wam.config:preset", "tiny", image_size=(60, 64)), ValueError,

@@ -71,7 +71,7 @@ class FitVAEConfig:
     kl_weight: float = 1e-4  # of the KL term per pixel (a small one keeps the latents near N(0, 1))
     eval_clips: int = 64  # held-out clips scored at the end (and every log_every steps)
     stats_clips: int = 256  # training clips whose latents give latents_mean / latents_std
-    log_every: int = 100  # steps between held-out scores in the log
+    log_every: int = 100  # steps between held-out scores in the log (the final score is in the last line)
     seed: int = 0  # init, clip order
 
     def __post_init__(self) -> None:
@@ -171,7 +171,7 @@ def train_steps(vae, train, held, cfg: FitVAEConfig, start: float) -> None:
         schedule.step()
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.4f}")
-        if held is not None and (step % cfg.log_every == 0 or step == cfg.steps):
+        if held is not None and step % cfg.log_every == 0 and step < cfg.steps:  # the last one: held_out_scores
             logger.info("step %d/%d loss %.4f held-out PSNR %.2f dB (%.0f s)", step, cfg.steps, loss.item(),
                         reconstruction_psnr(vae, held, cfg), time.perf_counter() - start)
             vae.train()

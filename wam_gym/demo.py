@@ -192,7 +192,6 @@ class Demo:
         print(f"[demo] everything is under {self.out}")
         return report
 
-
     def _strip(self, wam: dict, videos: list[str]) -> str | None:
         """imagination_strip.png: per task (its first rollout), the frames the env rendered over
         the frames the WAM imagined for those steps (see wam_gym.utils.video.imagination_strip)."""
