@@ -2,6 +2,7 @@
 
     python bench/broker.py                              # tiny random WAM, Meta-World, CPU
     python bench/broker.py --ckpt DIR --actors 8 --batch-size 8 --num-gpus 1
+    python bench/broker.py --standin                    # the broker's own efficiency (see below)
 
 One run, one model, one workload (the same tasks, seeds and episode length):
   broker      python -m wam_gym.eval's manager: --actors env processes, one model worker,
@@ -9,11 +10,18 @@ One run, one model, one workload (the same tasks, seeds and episode length):
   sequential  one env in this process, one model call at a time (batch 1)
   offline     the model alone, predict() on batches of --batch-size, converted to the
               env-steps/s it could feed (batch x replan_steps per call)
+
+--standin replaces the model with one whose call on b requests sleeps a + c*b seconds and the
+envs with steps that sleep e (bench/standin.py), sweeps actors x workers x batch size x image
+size x cameras, and prints per point the broker's env-steps/s, the most any scheduler can reach
+(the bound), the synchronous lockstep loop's rate, and broker/bound.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import platform
 import tempfile
 import time
@@ -105,19 +113,95 @@ def offline_run(args, ckpt: str) -> float:
     return args.batch_size * args.replan_steps / seconds
 
 
+def standin_broker(workload, window, wait_ms: float, backend: str = "local") -> tuple[float, dict]:
+    """Env-steps/s of ``workload`` through the broker: N actor processes, W stand-in workers."""
+    from standin import broker_actor, sleep_policy_factory
+
+    from wam_gym.broker import BrokerConfig, InferenceBroker
+
+    config = BrokerConfig(workers_per_gpu=workload.workers, inference_batch_size=workload.batch_size,
+                          inference_batch_wait_ms=wait_ms, backend=backend, torch_threads_per_worker=0)
+    with InferenceBroker(sleep_policy_factory(workload), config) as broker:
+        actors, controls = [], []
+        for i in range(workload.actors):
+            client = broker.client(i)
+            ours, theirs = broker.ctx.Pipe()
+            actors.append(broker.ctx.Process(target=broker_actor, args=(client, workload, theirs), daemon=True))
+            actors[-1].start()
+            client.close()
+            theirs.close()
+            controls.append(ours)
+        for control in controls:
+            control.recv()  # "ready": spawned and imported
+        start, stop = window.times()
+        for control in controls:
+            control.send((start, stop))
+        step_times = [control.recv() for control in controls]
+        for actor in actors:
+            actor.join(timeout=10)
+        return window.rate(start, step_times), broker.stats.summary()
+
+
+SWEEP = {
+    # name: (actors, workers, batch sizes, image sizes, cameras)
+    "actors x workers": ([1, 4, 8, 16, 32, 64], [1, 2, 4], [16], [224], [2]),
+    "batch size": ([16, 64], [1, 4], [4, 8, 32], [224], [2]),
+    "image size x cameras": ([8, 64], [1, 4], [16], [64, 224], [1, 3]),
+}
+
+
+def standin_sweep(args) -> None:
+    from standin import Window, Workload
+
+    window = Window(args.warmup_s, args.measure_s)
+    sweeps = {k: v for k, v in SWEEP.items() if not args.sweep or k.startswith(args.sweep)}
+    print(f"\nbench/broker.py --standin  {date.today()}  {platform.node()}  {platform.machine()}  "
+          f"{os.cpu_count()} cores")
+    example = Workload(1, 1, 1)
+    print(f"model call L(b) = {example.latency_s * 1e3:g} + {example.per_row_s * 1e3:g}*b ms (sleep), env step "
+          f"{example.env_step_s * 1e3:g} ms (sleep), replan every {example.replan_steps}; wait {args.wait_ms:g} ms, "
+          f"backend {args.backend}; steps counted over {window.measure_s:g} s after {window.warmup_s:g} s")
+    print(f"{'N':>3} {'W':>2} {'B':>3} {'img':>4} {'cam':>3} {'broker':>8} {'bound':>8} {'b*':>5} "
+          f"{'issue':>8} {'lockstep':>8} {'br/bound':>8} {'br/lock':>7} {'batch':>5} {'wait50':>6}")
+    ratios = []
+    for name, (ns, ws, bs, sizes, cams) in sweeps.items():
+        print(f"-- {name}")
+        for n, w, b, size, cam in itertools.product(ns, ws, bs, sizes, cams):
+            load = Workload(n, w, b, image_size=size, cameras=cam)
+            rate, stats = standin_broker(load, window, args.wait_ms, args.backend)
+            bound, b_star = load.bound()
+            ratios.append(rate / bound)
+            print(f"{n:>3} {w:>2} {b:>3} {size:>4} {cam:>3} {rate:8.0f} {bound:8.0f} {b_star:5.1f} "
+                  f"{load.issue_bound():8.0f} {load.lockstep():8.0f} {rate / bound:8.3f} {rate / load.lockstep():7.2f} "
+                  f"{stats['mean_batch_size']:5.1f} {stats['queue_wait_ms_p50']:6.1f}", flush=True)
+    print(f"broker/bound: min {min(ratios):.3f}, median {float(np.median(ratios)):.3f} over {len(ratios)} points")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", help="checkpoint directory (default: the tiny preset, random weights)")
     parser.add_argument("--actors", type=int, default=4, help="MULTIRUN.env_num_per_worker")
     parser.add_argument("--batch-size", type=int, default=4, help="MULTIRUN.inference_batch_size")
-    parser.add_argument("--wait-ms", type=float, default=20.0, help="MULTIRUN.inference_batch_wait_ms")
+    parser.add_argument("--wait-ms", type=float, help="MULTIRUN.inference_batch_wait_ms (default: 20; --standin: "
+                        "the broker's default)")
     parser.add_argument("--num-gpus", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="device of the sequential and offline runs")
     parser.add_argument("--trials", type=int, default=4, help="episodes per task")
     parser.add_argument("--steps", type=int, default=48, help="steps per episode")
     parser.add_argument("--replan-steps", type=int, default=8)
     parser.add_argument("--inference-steps", type=int, default=10)
+    parser.add_argument("--standin", action="store_true", help="stand-in model and envs: the broker against the bound")
+    parser.add_argument("--sweep", help="--standin: only the sweep whose name starts with this")
+    parser.add_argument("--backend", default="local", help="--standin: MULTIRUN.backend (local or ray)")
+    parser.add_argument("--warmup-s", type=float, default=1.0, help="--standin: seconds before steps are counted")
+    parser.add_argument("--measure-s", type=float, default=4.0, help="--standin: seconds steps are counted")
     args = parser.parse_args()
+    if args.standin:
+        from wam_gym.broker import BrokerConfig
+
+        args.wait_ms = BrokerConfig.inference_batch_wait_ms if args.wait_ms is None else args.wait_ms
+        return standin_sweep(args)
+    args.wait_ms = 20.0 if args.wait_ms is None else args.wait_ms
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = args.ckpt or make_checkpoint(Path(tmp))

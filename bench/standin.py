@@ -1,0 +1,152 @@
+"""The stand-in workload that measures the broker's own quality (bench/broker.py --standin).
+
+A model call on b requests takes ``L(b) = a + c*b`` seconds of *sleep*: device time the host
+waits on, using no CPU, like a GPU kernel. An env step sleeps ``e`` seconds: envs on cores of
+their own. Each actor replans every ``R`` steps. Then the best any scheduler can do is known in
+closed form (``Workload.bound``), and what the broker reaches, divided by it, is the broker's
+efficiency, undisturbed by software-rendered envs that share the model's cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from envs.protocol import INSTRUCTION, PIXELS, STATE
+
+STATE_DIM, ACTION_DIM = 8, 4
+
+
+@dataclass(frozen=True)
+class Workload:
+    actors: int  # N: envs, each its own actor
+    workers: int  # W: model copies
+    batch_size: int  # B: most requests one call takes
+    image_size: int = 224  # pixels per side of each camera's image
+    cameras: int = 2
+    latency_s: float = 0.030  # a: a call's fixed cost
+    per_row_s: float = 0.003  # c: each request's extra cost in a call
+    env_step_s: float = 0.010  # e
+    replan_steps: int = 8  # R: env steps per model call
+
+    def model_s(self, b: float) -> float:
+        return self.latency_s + self.per_row_s * b
+
+    def bound(self) -> tuple[float, float]:
+        """The most env-steps/s any scheduler can reach, and the batch size that reaches it.
+
+        Let b be the mean batch size a request is served in. An actor's cycle is at least
+        R*e + L(b) (its R steps, then its call), so requests/s <= N / (R*e + L(b)); the workers
+        spend L(b') per batch of mean size b' <= b, so requests/s <= W * b / L(b) (b/L(b) grows
+        with b). The first falls with b, the second rises: the bound is their crossing, or an end
+        of [1, B]. Greedy batching reaches it when the workers are the bottleneck or idle.
+        """
+        N, W, R = self.actors, self.workers, self.replan_steps
+
+        def rate(b: float) -> float:
+            return min(N / (R * self.env_step_s + self.model_s(b)), W * b / self.model_s(b))
+
+        hi = float(min(self.batch_size, N))
+        if rate(1.0) == N / (R * self.env_step_s + self.model_s(1.0)):
+            return R * rate(1.0), 1.0
+        # Bisect for the crossing of the falling and the rising branch.
+        lo = 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if W * mid / self.model_s(mid) < N / (R * self.env_step_s + self.model_s(mid)):
+                lo = mid
+            else:
+                hi = mid
+        return R * rate(hi), hi
+
+    def issue_bound(self) -> float:
+        """The issue's simpler estimate: every call batches ceil(N/W) requests (capped at B)."""
+        b = min(math.ceil(self.actors / self.workers), self.batch_size)
+        return self.actors * self.replan_steps / (self.replan_steps * self.env_step_s + self.model_s(b))
+
+    def lockstep(self) -> float:
+        """Env-steps/s of the synchronous loop: every env steps R times, then one batched call
+        split over the W workers (each runs its ceil(N/W) rows in batches of at most B), repeat."""
+        rows = math.ceil(self.actors / self.workers)
+        full, rest = divmod(rows, self.batch_size)
+        call = full * self.model_s(self.batch_size) + (self.model_s(rest) if rest else 0.0)
+        return self.actors * self.replan_steps / (self.replan_steps * self.env_step_s + call)
+
+    def observation(self, seed: int = 0) -> dict:
+        """One env's observation, as a batch of one row (what an actor sends)."""
+        rng = np.random.default_rng(seed)
+        size = (1, self.image_size, self.image_size, 3)
+        return {
+            PIXELS: {f"cam{k}": rng.integers(0, 256, size, dtype=np.uint8) for k in range(self.cameras)},
+            STATE: rng.normal(size=(1, STATE_DIM)).astype(np.float32),
+            INSTRUCTION: ("pick up the red block",),
+        }
+
+    def request_bytes(self) -> int:
+        return self.cameras * self.image_size**2 * 3 + STATE_DIM * 4
+
+
+class SleepPolicy:
+    """A model whose call on b rows sleeps L(b) seconds and answers zero actions."""
+
+    def __init__(self, latency_s: float, per_row_s: float, action_horizon: int, device: str = "cpu"):
+        self.latency_s, self.per_row_s, self.action_horizon = latency_s, per_row_s, action_horizon
+
+    def predict(self, obs, noise_seeds=None):
+        b = len(obs[STATE])
+        time.sleep(self.latency_s + self.per_row_s * b)
+        return {"actions": np.zeros((b, self.action_horizon, ACTION_DIM), np.float32)}
+
+
+def sleep_policy_factory(workload: Workload):
+    """A PolicyFactory (device -> policy) for the broker's workers."""
+    return functools.partial(SleepPolicy, workload.latency_s, workload.per_row_s, workload.replan_steps)
+
+
+def run_actor(act, workload: Workload, seed: int, control) -> None:
+    """One stand-in env: each step calls ``act(obs, step)`` (the policy side: a model call every
+    R steps, or a server round trip every step), then sleeps e. Sends "ready" on ``control``,
+    receives (start, stop) monotonic times, sends back its steps' finish times."""
+    obs = workload.observation(seed)
+    control.send("ready")
+    start, stop = control.recv()
+    time.sleep(max(0.0, start - time.monotonic()))
+    times, step = [], 0
+    while not times or times[-1] < stop:
+        act(obs, step)
+        time.sleep(workload.env_step_s)
+        times.append(time.monotonic())
+        step += 1
+    control.send(np.asarray(times))
+
+
+def broker_actor(client, workload: Workload, control) -> None:
+    """A process entry point: run_actor through a BrokerClient (the path eval's actors take),
+    one call per R steps, as a WAMAgent executing action chunks makes."""
+
+    def act(obs, step):
+        if step % workload.replan_steps == 0:
+            client.predict(obs)
+
+    client.begin_episode(client.actor_id)
+    run_actor(act, workload, client.actor_id, control)
+
+
+@dataclass
+class Window:
+    """Steps are counted in [start + warmup_s, stop]: the first calls all arrive at once."""
+
+    warmup_s: float = 1.0
+    measure_s: float = 4.0
+
+    def times(self, margin_s: float = 0.2) -> tuple[float, float]:
+        start = time.monotonic() + margin_s
+        return start, start + self.warmup_s + self.measure_s
+
+    def rate(self, start: float, step_times: list[np.ndarray]) -> float:
+        lo, hi = start + self.warmup_s, start + self.warmup_s + self.measure_s
+        return sum(int(((t >= lo) & (t < hi)).sum()) for t in step_times) / self.measure_s
