@@ -113,14 +113,15 @@ def offline_run(args, ckpt: str) -> float:
     return args.batch_size * args.replan_steps / seconds
 
 
-def standin_broker(workload, window, wait_ms: float, backend: str = "local") -> tuple[float, dict]:
+def standin_broker(workload, window, wait_ms: float, backend: str = "local", pacing: bool = True) -> tuple[float, dict]:
     """Env-steps/s of ``workload`` through the broker: N actor processes, W stand-in workers."""
     from standin import broker_actor, sleep_policy_factory
 
     from wam_gym.broker import BrokerConfig, InferenceBroker
 
     config = BrokerConfig(workers_per_gpu=workload.workers, inference_batch_size=workload.batch_size,
-                          inference_batch_wait_ms=wait_ms, backend=backend, torch_threads_per_worker=0)
+                          inference_batch_wait_ms=wait_ms, backend=backend, torch_threads_per_worker=0,
+                          batch_pacing=pacing)
     with InferenceBroker(sleep_policy_factory(workload), config) as broker:
         actors, controls = [], []
         for i in range(workload.actors):
@@ -136,10 +137,14 @@ def standin_broker(workload, window, wait_ms: float, backend: str = "local") -> 
         start, stop = window.times()
         for control in controls:
             control.send((start, stop))
+        cpu = broker.dispatcher_cpu_s()
         step_times = [control.recv() for control in controls]
+        cpu = broker.dispatcher_cpu_s() - cpu
         for actor in actors:
             actor.join(timeout=10)
-        return window.rate(start, step_times), broker.stats.summary()
+        stats = broker.stats.summary()
+        stats["dispatcher_us_per_request"] = 1e6 * cpu / max(stats["requests"], 1)
+        return window.rate(start, step_times), stats
 
 
 SWEEP = {
@@ -151,7 +156,8 @@ SWEEP = {
 
 
 def standin_sweep(args) -> None:
-    from standin import Window, Workload
+    from standin import Window, Workload, best_schedule, simulate
+    from vla_eval_peer import standin_vla_eval
 
     window = Window(args.warmup_s, args.measure_s)
     sweeps = {k: v for k, v in SWEEP.items() if not args.sweep or k.startswith(args.sweep)}
@@ -161,20 +167,25 @@ def standin_sweep(args) -> None:
     print(f"model call L(b) = {example.latency_s * 1e3:g} + {example.per_row_s * 1e3:g}*b ms (sleep), env step "
           f"{example.env_step_s * 1e3:g} ms (sleep), replan every {example.replan_steps}; wait {args.wait_ms:g} ms, "
           f"backend {args.backend}; steps counted over {window.measure_s:g} s after {window.warmup_s:g} s")
-    print(f"{'N':>3} {'W':>2} {'B':>3} {'img':>4} {'cam':>3} {'broker':>8} {'bound':>8} {'b*':>5} "
-          f"{'issue':>8} {'lockstep':>8} {'br/bound':>8} {'br/lock':>7} {'batch':>5} {'wait50':>6}")
+    print(f"{'N':>3} {'W':>2} {'B':>3} {'img':>4} {'cam':>3} {'broker':>7} {'bound':>7} {'best':>7} {'rule':>7} "
+          f"{'lockstep':>8} {'issue':>7} {'vla-eval':>8} {'/bound':>6} {'/best':>6} {'/lock':>6} {'/vla':>5} {'batch':>5} "
+          f"{'wait50':>6} {'us/req':>6}")
     ratios = []
     for name, (ns, ws, bs, sizes, cams) in sweeps.items():
         print(f"-- {name}")
         for n, w, b, size, cam in itertools.product(ns, ws, bs, sizes, cams):
             load = Workload(n, w, b, image_size=size, cameras=cam)
-            rate, stats = standin_broker(load, window, args.wait_ms, args.backend)
-            bound, b_star = load.bound()
-            ratios.append(rate / bound)
-            print(f"{n:>3} {w:>2} {b:>3} {size:>4} {cam:>3} {rate:8.0f} {bound:8.0f} {b_star:5.1f} "
-                  f"{load.issue_bound():8.0f} {load.lockstep():8.0f} {rate / bound:8.3f} {rate / load.lockstep():7.2f} "
-                  f"{stats['mean_batch_size']:5.1f} {stats['queue_wait_ms_p50']:6.1f}", flush=True)
-    print(f"broker/bound: min {min(ratios):.3f}, median {float(np.median(ratios)):.3f} over {len(ratios)} points")
+            rate, stats = standin_broker(load, window, args.wait_ms, args.backend, not args.no_pacing)
+            bound, best = load.bound()[0], best_schedule(load)
+            rule = simulate(load, args.wait_ms, not args.no_pacing)[0]
+            peer = float("nan") if args.no_peer else standin_vla_eval(load, window, args.wait_ms)[0]
+            ratios.append((rate / bound, rate / best, rate / peer))
+            print(f"{n:>3} {w:>2} {b:>3} {size:>4} {cam:>3} {rate:7.0f} {bound:7.0f} {best:7.0f} {rule:7.0f} "
+                  f"{load.lockstep():8.0f} {load.issue_bound():7.0f} {peer:8.0f} {rate / bound:6.3f} {rate / best:6.3f} "
+                  f"{rate / load.lockstep():6.2f} {rate / peer:5.2f} {stats['mean_batch_size']:5.1f} "
+                  f"{stats['queue_wait_ms_p50']:6.1f} {stats['dispatcher_us_per_request']:6.0f}", flush=True)
+    for name, column in zip(("bound", "best", "vla-eval"), zip(*ratios)):
+        print(f"broker/{name}: min {np.min(column):.3f}, median {np.median(column):.3f} ({len(column)} points)")
 
 
 def main() -> None:
@@ -193,6 +204,8 @@ def main() -> None:
     parser.add_argument("--standin", action="store_true", help="stand-in model and envs: the broker against the bound")
     parser.add_argument("--sweep", help="--standin: only the sweep whose name starts with this")
     parser.add_argument("--backend", default="local", help="--standin: MULTIRUN.backend (local or ray)")
+    parser.add_argument("--no-peer", action="store_true", help="--standin: skip vla-eval's server")
+    parser.add_argument("--no-pacing", action="store_true", help="--standin: MULTIRUN.batch_pacing=false")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="--standin: seconds before steps are counted")
     parser.add_argument("--measure-s", type=float, default=4.0, help="--standin: seconds steps are counted")
     args = parser.parse_args()

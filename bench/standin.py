@@ -150,3 +150,68 @@ class Window:
     def rate(self, start: float, step_times: list[np.ndarray]) -> float:
         lo, hi = start + self.warmup_s, start + self.warmup_s + self.measure_s
         return sum(int(((t >= lo) & (t < hi)).sum()) for t in step_times) / self.measure_s
+
+
+def best_schedule(workload: Workload) -> float:
+    """Env-steps/s of the best fixed schedule a scheduler knowing L, e and R in advance can run:
+    the actors split evenly over the workers, each worker serving its n actors in k groups in turn,
+    the best k for each (a reachable rate, so the true optimum lies between it and ``bound``)."""
+    w, R = workload, workload.replan_steps
+    rate = 0.0
+    for worker in range(w.workers):
+        n = w.actors // w.workers + (worker < w.actors % w.workers)
+        if n == 0:
+            continue
+        cycles = []
+        for k in range(math.ceil(n / w.batch_size), n + 1):
+            sizes = [n // k + (i < n % k) for i in range(k)]
+            busy = sum(w.model_s(g) for g in sizes)
+            cycles.append(max(busy, R * w.env_step_s + w.model_s(max(sizes))))
+        rate += n * R / min(cycles)
+    return rate
+
+
+def simulate(workload: Workload, wait_ms: float, pacing: bool = True, seconds: float = 60.0,
+             warmup_s: float = 5.0, jitter: float = 0.05, seed: int = 0) -> tuple[float, float]:
+    """Env-steps/s and mean batch size of the broker's batching rule (its real Batcher and Pacer)
+    with zero overhead: the rule's own quality. Each think time varies by up to ``jitter``."""
+    import heapq
+    import random
+
+    from wam_gym.batching import Batcher, Pacer, Request
+
+    w, rng = workload, random.Random(seed)
+    batcher, pacer = Batcher(w.batch_size, wait_ms), Pacer(w.batch_size) if pacing else None
+    events = [(rng.uniform(0, 1e-3), 0, "request", i) for i in range(w.actors)]  # (time, tiebreak, kind, what)
+    heapq.heapify(events)
+    order, idle, steps, sizes = 1, list(range(w.workers)), 0, []
+    while events:
+        now, _, kind, what = heapq.heappop(events)
+        if now > seconds:
+            break
+        if kind == "request":
+            batcher.add(Request(what, order, {}, None, now))
+            if pacer is not None:
+                pacer.arrived(what, now)
+        elif kind == "done":
+            worker, batch = what
+            idle.append(worker)
+            if pacer is not None:
+                pacer.batch_done(len(batch), w.model_s(len(batch)))
+            for request in batch:
+                steps += w.replan_steps if now > warmup_s else 0
+                if pacer is not None:
+                    pacer.answered(request.actor_id, now)
+                think = w.replan_steps * w.env_step_s * (1 + rng.uniform(0, jitter))
+                order += 1
+                heapq.heappush(events, (now + think, order, "request", request.actor_id))
+            if pacer is not None:
+                batcher.limit = pacer.target(w.workers, now)
+        while idle and (batch := batcher.pop_ready(now)):
+            sizes.append(len(batch))
+            order += 1
+            heapq.heappush(events, (now + w.model_s(len(batch)), order, "done", (idle.pop(), batch)))
+        if idle and (deadline := batcher.next_deadline()) is not None:
+            order += 1
+            heapq.heappush(events, (max(deadline, now) + 1e-9, order, "tick", None))
+    return steps / (seconds - warmup_s), sum(sizes) / max(len(sizes), 1)

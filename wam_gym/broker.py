@@ -35,8 +35,9 @@ import multiprocess
 import multiprocess.connection
 import numpy as np
 
-from wam_gym.batching import Batcher, Request
+from wam_gym.batching import Batcher, Pacer, Request
 from wam_gym.model_worker import BatchResult, PolicyFactory, serve_forever
+from wam_gym.shared_obs import ObservationSlot, unlink
 
 logger = logging.getLogger(__name__)
 BACKENDS = ("local", "ray")
@@ -58,7 +59,7 @@ class BrokerConfig:
     gpu_ids: list[int] | None = None  # null: the first num_gpus devices; else the first num_gpus of this pool
     workers_per_gpu: int = 1  # model copies per GPU (per machine on CPU), each its own process
     inference_batch_size: int = 4  # most requests one model call takes
-    inference_batch_wait_ms: float = 10.0  # longest the oldest queued request waits for a fuller batch
+    inference_batch_wait_ms: float = 5.0  # longest the oldest queued request waits for a fuller batch
     backend: str = "local"  # local processes, or ray actors
     ray_address: str | None = None  # null: a local Ray cluster on 127.0.0.1
     torch_threads_per_worker: int | None = None  # null: 1 on CPU workers (they share cores with envs), else torch's
@@ -70,6 +71,7 @@ class BrokerConfig:
     stall_floor_s: float = 60.0  # never sooner; also the bound while too few model times are known for a p95
     stall_first_batch_s: float = 1800.0  # a (re)started worker's first batch: torch.compile, CUDA graphs, lazy loads
     batch_invariant: bool = False  # each request runs alone: bit-identical actions whatever the batching, no batching speed-up
+    batch_pacing: bool = True  # release batches of the size that keeps actors waiting least (batching.Pacer), not always full
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -264,6 +266,7 @@ class BrokerClient:
         self.actor_id, self.requests, self.replies, self.action_horizon = actor_id, requests, replies, action_horizon
         self._ids = itertools.count()
         self.episode_seed, self._calls = 0, 0
+        self.slot = ObservationSlot()  # created in the process that predicts, at its first call
         # Called about once a second while waiting for an answer: a rollout actor reports that it is
         # alive, only waiting (the eval manager's stall watchdog must not kill it for a slow model).
         self.on_wait: Callable[[], None] | None = None
@@ -284,10 +287,11 @@ class BrokerClient:
             noise_seeds = [noise_seed(self.episode_seed, self._calls, row) for row in range(n)]
         self._calls += 1
         ids = []
+        rows = self.slot.share([take_row(obs, row) for row in range(n)])
         for row in range(n):
             rid = next(self._ids)
             ids.append(rid)
-            request = Request(self.actor_id, rid, take_row(obs, row), noise_seeds[row], time.monotonic())
+            request = Request(self.actor_id, rid, rows[row], noise_seeds[row], time.monotonic(), self.slot.name)
             try:
                 self.requests.send(("request", request, None))
             except (BrokenPipeError, OSError):
@@ -326,6 +330,7 @@ class InferenceBroker:
         self._control, self._control_writer = self.ctx.Pipe(duplex=False)
         self._control_lock = threading.Lock()
         self.batcher = Batcher(config.inference_batch_size, config.inference_batch_wait_ms)
+        self.pacer = Pacer(config.inference_batch_size) if config.batch_pacing else None
         self.stats = BrokerStats()
         if config.backend == "ray":
             from wam_gym.ray_backend import RayWorkerPool, ray_devices
@@ -338,6 +343,7 @@ class InferenceBroker:
         self.action_horizon: int | None = None
         self._requests: dict[int, Any] = {}  # actor -> our reading end of its request pipe
         self._replies: dict[int, Any] = {}  # actor -> its reply queue
+        self._slots: dict[int, str] = {}  # actor -> its shared-memory slot, unlinked if it dies
         self._idle: deque[int] = deque()
         self._in_flight: dict[int, _InFlight] = {}  # worker -> the batch it holds
         self._restarts = [0] * len(self.pool)
@@ -428,6 +434,16 @@ class InferenceBroker:
         """An actor died: drop its queued requests (in-flight ones are answered into the void)."""
         self._post(("actor_gone", actor_id, None))
 
+    def dispatcher_cpu_s(self) -> float:
+        """CPU seconds the dispatcher thread has used: its cost per request bounds how many
+        requests/s one broker can route (bench/broker.py --standin prints it)."""
+        if self._thread is None or self._thread.ident is None:
+            return 0.0
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(self._thread.ident))
+        except (AttributeError, OSError):  # not Linux, or the thread has exited
+            return float("nan")
+
     def ready(self) -> bool:
         """Every model worker has loaded its model and the dispatcher runs (a readiness probe)."""
         return self._thread is not None and self._thread.is_alive() and not self._loading and self._failure is None
@@ -490,6 +506,10 @@ class InferenceBroker:
         kind, a, b = message
         if kind == "request":
             self.batcher.add(a)
+            if self.pacer is not None:
+                self.pacer.arrived(a.actor_id, a.arrived)
+            if a.segment is not None:
+                self._slots[a.actor_id] = a.segment
         elif kind == "result":
             self._finish(b)
         elif kind == "ready":
@@ -499,6 +519,10 @@ class InferenceBroker:
             logger.error("restarted model worker %d failed to load:\n%s", a, b)
         elif kind == "actor_gone":
             self.batcher.drop_actor(a)
+            if self.pacer is not None:
+                self.pacer.forget(a)
+            if a in self._slots:
+                unlink(self._slots.pop(a))
             self._drop_requests_pipe(a)
             with self._lock:
                 replies = self._replies.pop(a, None)
@@ -527,6 +551,12 @@ class InferenceBroker:
         self.stats.model_s.append(result.model_seconds)
         for actor_id, request_id, row, error in result.replies:
             self._reply(actor_id, (request_id, row, error))
+        if self.pacer is not None:
+            now = time.monotonic()
+            self.pacer.batch_done(len(flight.requests), result.model_seconds)
+            for actor_id, *_ in result.replies:
+                self.pacer.answered(actor_id, now)
+            self.batcher.limit = self.pacer.target(len(self.pool), now)
 
     def _reply(self, actor_id: int, message) -> None:
         with self._lock:

@@ -17,6 +17,7 @@ from typing import Any
 from agents.policy import as_prediction
 from envs.protocol import stack_rows
 from wam_gym.batching import Request
+from wam_gym.shared_obs import AttachedSegments
 
 # Builds the policy inside the worker, given its device ("cpu", "cuda:1"): a checkpoint
 # load, or any callable multiprocess/Ray can pickle (dill: closures and lambdas work).
@@ -57,6 +58,7 @@ class ModelServer:
         self.device = device
         self.batch_invariant = batch_invariant
         self.policy = factory(device)
+        self.segments = AttachedSegments()  # the actors' observation slots
 
     @property
     def action_horizon(self) -> int:
@@ -80,7 +82,7 @@ class ModelServer:
 
     def _predict(self, requests: Sequence[Request]) -> list[Any]:
         """One model call on ``requests``: each request's row of the Prediction."""
-        obs = stack_rows([r.obs for r in requests])
+        obs = stack_rows([self.segments.resolve(r.obs) for r in requests])  # copies out of the slots
         seeds = [r.noise_seed for r in requests]
         prediction = as_prediction(self.policy.predict(obs, noise_seeds=None if None in seeds else seeds), len(requests))
         return [prediction.row(i) for i in range(len(requests))]

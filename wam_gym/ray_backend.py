@@ -8,12 +8,14 @@ with one, the pool joins that cluster (``ray start --head`` on your machines).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 from typing import Any
 
 from wam_gym.model_worker import ModelServer, PolicyFactory
+from wam_gym.shared_obs import AttachedSegments, copy_resolved
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ class RayWorkerPool:
                 _keep_ray_on_loopback()
                 ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
         self._actor_cls = ray.remote(RayModelWorker)
+        self.segments = AttachedSegments()
         self.handles: list[Any] = [None] * len(devices)
         self._dead = [False] * len(devices)
         self._causes = ["still running"] * len(devices)  # why each worker's actor ended, in words
@@ -92,6 +95,8 @@ class RayWorkerPool:
             self._pending[handle.ready.remote()] = (i, "ready", handle)
 
     def submit(self, i: int, batch_id: int, requests) -> None:
+        # Ray workers may run on other machines: the observations travel in the batch itself.
+        requests = [dataclasses.replace(r, obs=copy_resolved(r.obs, self.segments), segment=None) for r in requests]
         with self._lock:
             self._pending[self.handles[i].run.remote(batch_id, requests)] = (i, "result", self.handles[i])
 
@@ -143,5 +148,6 @@ class RayWorkerPool:
         for handle in self.handles:
             if handle is not None:
                 self.ray.kill(handle)
+        self.segments.close()
         if self._owns_cluster:
             self.ray.shutdown()
