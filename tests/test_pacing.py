@@ -57,7 +57,7 @@ def test_pacer_fits_batch_times_and_counts_active_actors():
         pacer.answered(actor, 1.0)
         pacer.arrived(actor, 1.08)
     assert pacer.target(workers=1, now=1.1) == 3
-    assert pacer.target(workers=4, now=1.1) == 1  # two actors a worker: each alone (L(1) + L(1) < think)
+    assert pacer.target(workers=4, now=1.5) == 1  # two actors a worker: each alone (L(1) + L(1) < think)
     for actor in range(8):
         pacer.forget(actor)
     pacer.arrived(0, 10.0)

@@ -103,6 +103,8 @@ class Batcher:
 PACER_WINDOW = 64
 # Actors that sent nothing for this many cycles (think time + a batch) are not counted as active.
 PACER_IDLE_CYCLES = 4
+# The target is worked out again at most this often (medians over the windows cost ~0.3 ms).
+PACER_REFRESH_S = 0.1
 
 
 class Pacer:
@@ -125,6 +127,7 @@ class Pacer:
         self._think: deque[float] = deque(maxlen=PACER_WINDOW)
         self._answered: dict[int, float] = {}  # actor -> when its last answer left (until it comes back)
         self._seen: dict[int, float] = {}  # actor -> when its last request arrived
+        self._target, self._refresh_at = batch_size, float("-inf")
 
     def batch_done(self, size: int, seconds: float) -> None:
         self._times.setdefault(size, deque(maxlen=PACER_WINDOW)).append(seconds)
@@ -157,6 +160,12 @@ class Pacer:
         return max(a, 0.0), max(c, 0.0)
 
     def target(self, workers: int, now: float) -> int:
+        """The batch size to release at once, worked out again every PACER_REFRESH_S."""
+        if now >= self._refresh_at:
+            self._target, self._refresh_at = self._work_out(workers, now), now + PACER_REFRESH_S
+        return self._target
+
+    def _work_out(self, workers: int, now: float) -> int:
         fit = self.batch_time()
         if fit is None or not self._think or workers < 1:
             return self.batch_size

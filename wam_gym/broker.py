@@ -1,10 +1,15 @@
 """The inference broker: rollout actors send observations, model workers answer in batches.
 
     actors --request pipe (one each)--> dispatcher <--result pipe (one each)-- model workers
+      |                                     |                                        |
+      +--- observation slot (shared memory, one each: pixels) ---------------------->+
                                             |
-                               Batcher (size / wait, grouped by shape)
+                      Batcher (size / wait, grouped by shape; Pacer sets the size)
                                             |
-          reply queue (one per actor) <-- replies      batches --> job queue of an idle worker
+          reply queue (one per actor) <-- replies      batches --> batch pipe of an idle worker
+
+Requests carry handles to the pixels in the actor's slot (wam_gym/shared_obs.py): the model
+worker reads them from there, and the dispatcher routes only small messages.
 
 The dispatcher thread waits on every pipe at once. Each pipe has a single writer, so a
 SIGKILL can cut short only the dead process's own message and never leaves a lock held that
@@ -22,7 +27,9 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pickle
 import queue
+import selectors
 import signal
 import threading
 import time
@@ -36,7 +43,7 @@ import multiprocess.connection
 import numpy as np
 
 from wam_gym.batching import Batcher, Pacer, Request
-from wam_gym.model_worker import BatchResult, PolicyFactory, serve_forever
+from wam_gym.model_worker import BatchResult, PolicyFactory, receive, send, serve_forever
 from wam_gym.shared_obs import ObservationSlot, unlink
 
 logger = logging.getLogger(__name__)
@@ -104,7 +111,7 @@ def worker_devices(config: BrokerConfig, available_gpus: int | None = None) -> l
 
 
 class LocalWorkerPool:
-    """Model workers as processes of this machine: batches in on a queue each, results out on
+    """Model workers as processes of this machine: batches in on a pipe each, results out on
     a pipe each (the broker waits on ``connections()``)."""
 
     def __init__(self, factory: PolicyFactory, devices: list[str], config: BrokerConfig, ctx):
@@ -119,22 +126,23 @@ class LocalWorkerPool:
     def start(self, i: int) -> None:
         self._discard(i)
         reader, writer = self.ctx.Pipe(duplex=False)
-        self.inboxes[i], self.outboxes[i] = self.ctx.Queue(), reader
+        inbox, self.inboxes[i] = self.ctx.Pipe(duplex=False)
+        self.outboxes[i] = reader
         self.processes[i] = self.ctx.Process(
             target=serve_forever, name=f"wam-model-worker-{i}", daemon=True,
-            args=(self.factory, self.devices[i], i, self.config.torch_threads_per_worker, self.inboxes[i], writer,
+            args=(self.factory, self.devices[i], i, self.config.torch_threads_per_worker, inbox, writer,
                   self.config.batch_invariant),
         )
         self.processes[i].start()
         writer.close()  # the worker holds it now: its death is EOF on our end
+        inbox.close()
 
     def _discard(self, i: int) -> None:
-        """Let go of a dead worker's channels (a batch stuck in its queue must not block exit)."""
-        if self.inboxes[i] is not None:
-            _close_queue(self.inboxes[i])
-        if self.outboxes[i] is not None:
-            self.outboxes[i].close()
-        self.inboxes[i] = self.outboxes[i] = None
+        """Let go of a dead worker's pipes."""
+        for pipes in (self.inboxes, self.outboxes):
+            if pipes[i] is not None:
+                pipes[i].close()
+                pipes[i] = None
 
     def connections(self) -> list[Any]:
         return [c for c in self.outboxes if c is not None]
@@ -146,7 +154,13 @@ class LocalWorkerPool:
         connection.close()
 
     def submit(self, i: int, batch_id: int, requests: list[Request]) -> None:
-        self.inboxes[i].put((batch_id, requests))
+        """Sent from the dispatcher's own thread (a queue's feeder thread would wait for the GIL
+        behind the reply queues'): the worker holds no other batch, so it is reading its pipe, and
+        a batch of handles fits the pipe's buffer."""
+        try:
+            send(self.inboxes[i], (batch_id, requests))
+        except OSError:  # it died: the broker restarts it and resends this batch
+            pass
 
     def alive(self, i: int) -> bool:
         return self.processes[i] is not None and self.processes[i].is_alive()
@@ -175,7 +189,10 @@ class LocalWorkerPool:
     def close(self) -> None:
         for i, process in enumerate(self.processes):
             if process is not None and process.is_alive():
-                self.inboxes[i].put(None)
+                try:
+                    send(self.inboxes[i], None)
+                except OSError:
+                    pass
         for i, process in enumerate(self.processes):
             if process is not None and process.pid is not None:  # None: its start failed (a start-up error)
                 process.join(timeout=10)
@@ -293,7 +310,7 @@ class BrokerClient:
             ids.append(rid)
             request = Request(self.actor_id, rid, rows[row], noise_seeds[row], time.monotonic(), self.slot.name)
             try:
-                self.requests.send(("request", request, None))
+                send(self.requests, ("request", request, None))
             except (BrokenPipeError, OSError):
                 raise BrokerError("the inference broker has shut down; this actor stops") from None
         answers = self._collect(set(ids))
@@ -304,7 +321,7 @@ class BrokerClient:
         parent = os.getppid()
         while pending:
             try:
-                rid, row, error = self.replies.get(timeout=CLIENT_WAIT_SLICE_S)
+                rid, row, error = pickle.loads(self.replies.get(timeout=CLIENT_WAIT_SLICE_S))
             except queue.Empty:
                 if self.on_wait is not None:
                     self.on_wait()
@@ -329,6 +346,7 @@ class InferenceBroker:
         # Messages from this process (stop, actor_gone, Ray results): one pipe, writes locked.
         self._control, self._control_writer = self.ctx.Pipe(duplex=False)
         self._control_lock = threading.Lock()
+        self._selector = selectors.DefaultSelector()  # the dispatcher's: every pipe it reads
         self.batcher = Batcher(config.inference_batch_size, config.inference_batch_wait_ms)
         self.pacer = Pacer(config.inference_batch_size) if config.batch_pacing else None
         self.stats = BrokerStats()
@@ -351,6 +369,7 @@ class InferenceBroker:
         self._loading: dict[int, float] = {}  # worker -> when it must have loaded its model (monotonic)
         self._last_error: dict[int, str] = {}  # worker -> the last line of the error it reported while loading
         self._next_watch = 0.0
+        self._worker_lost = False  # a worker's result pipe reached EOF since the last _heal
         self._batch_ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -412,6 +431,7 @@ class InferenceBroker:
                 _close_queue(replies)
             self._requests.clear()
             self._replies.clear()
+        self._selector.close()
         self._control.close()
         self._control_writer.close()
 
@@ -455,7 +475,7 @@ class InferenceBroker:
 
     def _post(self, message) -> None:
         with self._control_lock:
-            self._control_writer.send(message)
+            send(self._control_writer, message)
 
     # ----------------------------------------------------------------- dispatcher
     def _run(self) -> None:
@@ -473,7 +493,9 @@ class InferenceBroker:
         for message in self._receive(timeout):
             if not self._handle(message):
                 return False
-        self._heal()
+        if self._worker_lost:  # its pipe ended: restart it now (_watch checks every worker each second)
+            self._worker_lost = False
+            self._heal()
         self._watch()
         self._dispatch()
         return True
@@ -485,16 +507,29 @@ class InferenceBroker:
             actors = {c: a for a, c in self._requests.items()}
         workers = self.pool.connections()
         messages = []
-        for connection in multiprocess.connection.wait([self._control, *workers, *actors], timeout):
-            try:
-                while connection.poll():
-                    messages.append(connection.recv())
+        for connection in self._readable([self._control, *workers, *actors], timeout):
+            try:  # one message per wake-up: epoll reports the pipe again while more are waiting
+                messages.append(receive(connection))
             except (EOFError, OSError):  # a SIGKILL may have cut its last message short: dropped
                 if connection in actors:
                     self._drop_requests_pipe(actors[connection])
                 elif connection in workers:
                     self.pool.lost(connection)
+                    self._worker_lost = True
         return messages
+
+    def _readable(self, connections: list, timeout: float) -> list:
+        """The connections with something to read, waiting up to ``timeout``. One epoll set kept
+        across calls (registering every pipe on every wake-up cost ~8 us a pipe: 0.5 ms a loop with
+        64 actors), brought up to date with the pipes that came and went."""
+        wanted = set(connections)
+        registered = list(self._selector.get_map().values())
+        for key in registered:
+            if key.fileobj not in wanted:  # closed already, maybe: by its number, not its fileno()
+                self._selector.unregister(key.fd)
+        for connection in wanted.difference(key.fileobj for key in registered):
+            self._selector.register(connection, selectors.EVENT_READ)
+        return [key.fileobj for key, _ in self._selector.select(timeout)]
 
     def _drop_requests_pipe(self, actor_id: int) -> None:
         with self._lock:
@@ -562,7 +597,7 @@ class InferenceBroker:
         with self._lock:
             replies = self._replies.get(actor_id)
         if replies is not None:
-            replies.put(message)
+            replies.put(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))  # bytes: the feeder thread's dill has nothing to do
 
     def _heal(self) -> None:
         """Restart dead workers."""
@@ -571,13 +606,14 @@ class InferenceBroker:
                 self._restart(worker, f"died ({self.pool.exit_cause(worker)})")
 
     def _watch(self) -> None:
-        """Kill and restart workers that hold a batch far longer than batches take (a hung GPU or
-        driver answers never, and would freeze every actor waiting on it), or that were restarted
-        and never finished loading."""
+        """Once a second: restart dead workers; kill and restart workers that hold a batch far
+        longer than batches take (a hung GPU or driver answers never, and would freeze every actor
+        waiting on it), or that were restarted and never finished loading."""
         now = time.monotonic()
         if now < self._next_watch:
             return
         self._next_watch = now + WATCH_INTERVAL_S
+        self._heal()
         for worker, flight in list(self._in_flight.items()):
             limit = self._stall_limit(flight.first)
             if now - flight.sent > limit:

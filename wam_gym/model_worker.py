@@ -1,13 +1,13 @@
 """A model worker: one model copy on one device, serving batches of requests.
 
-The same ``ModelServer`` runs inside a local process (``serve_forever``: batches in on a queue,
+The same ``ModelServer`` runs inside a local process (``serve_forever``: batches in on a pipe,
 results out on the worker's own pipe) and inside a Ray actor (see wam_gym/ray_backend.py).
 """
 
 from __future__ import annotations
 
 import os
-import queue
+import pickle
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -25,6 +25,18 @@ PolicyFactory = Callable[[str], Any]
 
 # How often an idle worker checks that the broker's process still exists.
 ORPHAN_CHECK_S = 2.0
+
+
+def send(connection, message) -> None:
+    """One message on one of the broker's pipes, pickled by the C pickler: a multiprocess pipe's
+    own ``send`` pickles with dill, in pure Python (4 ms for a batch's 16 answers, against 0.1 ms).
+    The pipes link this process tree's own processes only."""
+    connection.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+
+def receive(connection):
+    """The next message ``send`` wrote on ``connection``."""
+    return pickle.loads(connection.recv_bytes())
 
 
 @dataclass
@@ -90,7 +102,8 @@ class ModelServer:
 
 def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: int | None, inbox, outbox,
                   batch_invariant: bool = False) -> None:
-    """Process entry point: build the model, announce it, serve batches until ``None``.
+    """Process entry point: build the model, announce it, serve batches from ``inbox`` (a pipe)
+    until ``None``.
 
     ``outbox`` is this worker's own pipe to the broker, so a SIGKILL here can cut short only
     its own message. The worker also stops when the broker's process is gone (killed, so it
@@ -100,22 +113,20 @@ def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: 
     try:
         server = ModelServer(factory, device, worker_id, threads, batch_invariant)
     except Exception:
-        outbox.send(("failed", worker_id, traceback.format_exc()))
+        send(outbox, ("failed", worker_id, traceback.format_exc()))
         return
     try:
-        outbox.send(("ready", worker_id, server.action_horizon))
+        send(outbox, ("ready", worker_id, server.action_horizon))
         while (message := _next_batch(inbox, broker)) is not None:
             batch_id, requests = message
-            outbox.send(("result", worker_id, server.run(batch_id, requests)))
+            send(outbox, ("result", worker_id, server.run(batch_id, requests)))
     except (BrokenPipeError, EOFError):  # the broker closed its end: it is gone
         return
 
 
 def _next_batch(inbox, broker: int):
     """The next ``(batch_id, requests)``; ``None`` when told to stop or orphaned."""
-    while True:
-        try:
-            return inbox.get(timeout=ORPHAN_CHECK_S)
-        except queue.Empty:
-            if os.getppid() != broker:
-                return None
+    while not inbox.poll(ORPHAN_CHECK_S):
+        if os.getppid() != broker:
+            return None
+    return receive(inbox)
