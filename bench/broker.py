@@ -161,6 +161,9 @@ def standin_sweep(args) -> None:
 
     window = Window(args.warmup_s, args.measure_s)
     sweeps = {k: v for k, v in SWEEP.items() if not args.sweep or k.startswith(args.sweep)}
+    if args.point:  # N,W,B[,image size,cameras]: these points only
+        points = [[int(x) for x in p.split(",")] for p in args.point]
+        sweeps = {"points": [(n, w, b, *(rest or [224, 2])) for n, w, b, *rest in points]}
     print(f"\nbench/broker.py --standin  {date.today()}  {platform.node()}  {platform.machine()}  "
           f"{os.cpu_count()} cores")
     example = Workload(1, 1, 1)
@@ -171,9 +174,10 @@ def standin_sweep(args) -> None:
           f"{'lockstep':>8} {'issue':>7} {'vla-eval':>8} {'/bound':>6} {'/best':>6} {'/lock':>6} {'/vla':>5} {'batch':>5} "
           f"{'wait50':>6} {'us/req':>6}")
     ratios = []
-    for name, (ns, ws, bs, sizes, cams) in sweeps.items():
+    for name, grid in sweeps.items():
         print(f"-- {name}")
-        for n, w, b, size, cam in itertools.product(ns, ws, bs, sizes, cams):
+        points = grid if name == "points" else itertools.product(*grid)
+        for n, w, b, size, cam in points:
             load = Workload(n, w, b, image_size=size, cameras=cam)
             rate, stats = standin_broker(load, window, args.wait_ms, args.backend, not args.no_pacing)
             bound, best = load.bound()[0], best_schedule(load)
@@ -203,6 +207,8 @@ def main() -> None:
     parser.add_argument("--inference-steps", type=int, default=10)
     parser.add_argument("--standin", action="store_true", help="stand-in model and envs: the broker against the bound")
     parser.add_argument("--sweep", help="--standin: only the sweep whose name starts with this")
+    parser.add_argument("--point", action="append", help="--standin: N,W,B[,IMAGE,CAMERAS] instead of the sweeps "
+                        "(repeatable), e.g. --point 32,4,16 --point 8,1,16,64,1")
     parser.add_argument("--backend", default="local", help="--standin: MULTIRUN.backend (local or ray)")
     parser.add_argument("--no-peer", action="store_true", help="--standin: skip vla-eval's server")
     parser.add_argument("--no-pacing", action="store_true", help="--standin: MULTIRUN.batch_pacing=false")

@@ -58,10 +58,15 @@ def test_pacer_fits_batch_times_and_counts_active_actors():
         pacer.arrived(actor, 1.08)
     assert pacer.target(workers=1, now=1.1) == 3
     assert pacer.target(workers=4, now=1.5) == 1  # two actors a worker: each alone (L(1) + L(1) < think)
-    for actor in range(8):
+    for actor in range(1, 8):  # 7 actors thinking far longer than they do: gone quiet
+        pacer.answered(actor, 1.5)
+    assert pacer.target(workers=1, now=10.0) == 1  # one active actor (queued since 1.08): never wait for company
+    for actor in range(1, 8):
+        pacer.arrived(actor, 10.0)  # back, and queued however long: active
+    assert pacer.target(workers=1, now=20.0) == 3
+    for actor in range(1, 8):
         pacer.forget(actor)
-    pacer.arrived(0, 10.0)
-    assert pacer.target(workers=1, now=10.0) == 1  # one active actor: never wait for company
+    assert pacer.target(workers=1, now=30.0) == 1
 
 
 def test_batcher_releases_at_the_pacers_limit():

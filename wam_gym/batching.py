@@ -101,7 +101,8 @@ class Batcher:
 
 # Batch timings kept per batch size, and think times kept, for the Pacer's estimates.
 PACER_WINDOW = 64
-# Actors that sent nothing for this many cycles (think time + a batch) are not counted as active.
+# Actors answered this many cycles (think time + a batch) ago and not back are not counted as
+# active (an episode reset, a session that went quiet); those waiting in the queue always are.
 PACER_IDLE_CYCLES = 4
 # The target is worked out again at most this often (medians over the windows cost ~0.3 ms).
 PACER_REFRESH_S = 0.1
@@ -126,7 +127,7 @@ class Pacer:
         self._times: dict[int, deque[float]] = {}  # batch size -> recent model seconds
         self._think: deque[float] = deque(maxlen=PACER_WINDOW)
         self._answered: dict[int, float] = {}  # actor -> when its last answer left (until it comes back)
-        self._seen: dict[int, float] = {}  # actor -> when its last request arrived
+        self._seen: set[int] = set()  # actors that sent a request (until forgotten)
         self._target, self._refresh_at = batch_size, float("-inf")
 
     def batch_done(self, size: int, seconds: float) -> None:
@@ -138,11 +139,11 @@ class Pacer:
     def arrived(self, actor_id: int, when: float) -> None:
         if actor_id in self._answered:
             self._think.append(max(0.0, when - self._answered.pop(actor_id)))
-        self._seen[actor_id] = when
+        self._seen.add(actor_id)
 
     def forget(self, actor_id: int) -> None:
         self._answered.pop(actor_id, None)
-        self._seen.pop(actor_id, None)
+        self._seen.discard(actor_id)
 
     def batch_time(self) -> tuple[float, float] | None:
         """(a, c) of a + c*b, fitted once two batch sizes were timed. Before, from the one size s
@@ -172,7 +173,7 @@ class Pacer:
         think = float(np.median(self._think))
         a, c = fit
         horizon = PACER_IDLE_CYCLES * (think + a + c * self.batch_size)
-        active = sum(1 for t in self._seen.values() if now - t <= horizon)
+        active = sum(1 for actor in self._seen if now - self._answered.get(actor, now) <= horizon)
         return best_group_size(-(-max(active, 1) // workers), self.batch_size, a, c, think)
 
 

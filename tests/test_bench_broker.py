@@ -1,0 +1,22 @@
+"""bench/broker.py --standin end to end, tiny: the broker and vla-eval's real server both serve the
+stand-in workload, and every column is printed (no timing thresholds: the ratios are the bench's
+to print, not the test's to judge; tests/test_pacing.py checks the batching rule exactly)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "broker.py"
+
+
+def test_standin_points_print_broker_bound_best_and_vla_eval(tmp_path):
+    done = subprocess.run([sys.executable, BENCH, "--standin", "--point", "2,1,4,32,1", "--point", "3,2,4,32,2",
+                           "--warmup-s", "0.5", "--measure-s", "1"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line[:1] == " " and line.split()[0].isdigit()]
+    assert [row[:5] for row in rows] == [["2", "1", "4", "32", "1"], ["3", "2", "4", "32", "2"]]
+    for row in rows:
+        broker, bound, best, rule, lockstep, issue, vla_eval = map(float, row[5:12])
+        assert broker > 0 and vla_eval > 0 and lockstep > 0 and issue > 0
+        assert 0 < best <= bound and 0 < rule <= bound * 1.001
+    assert "broker/vla-eval: min" in done.stdout
