@@ -115,7 +115,7 @@ def offline_run(args, ckpt: str) -> float:
 
 def standin_broker(workload, window, wait_ms: float, backend: str = "local", pacing: bool = True) -> tuple[float, dict]:
     """Env-steps/s of ``workload`` through the broker: N actor processes, W stand-in workers."""
-    from standin import broker_actor, sleep_policy_factory
+    from standin import sleep_policy_factory, start_broker_actors
 
     from wam_gym.broker import BrokerConfig, InferenceBroker
 
@@ -123,15 +123,7 @@ def standin_broker(workload, window, wait_ms: float, backend: str = "local", pac
                           inference_batch_wait_ms=wait_ms, backend=backend, torch_threads_per_worker=0,
                           batch_pacing=pacing)
     with InferenceBroker(sleep_policy_factory(workload), config) as broker:
-        actors, controls = [], []
-        for i in range(workload.actors):
-            client = broker.client(i)
-            ours, theirs = broker.ctx.Pipe()
-            actors.append(broker.ctx.Process(target=broker_actor, args=(client, workload, theirs), daemon=True))
-            actors[-1].start()
-            client.close()
-            theirs.close()
-            controls.append(ours)
+        actors, controls = start_broker_actors(broker, workload)
         for control in controls:
             control.recv()  # "ready": spawned and imported
         start, stop = window.times()

@@ -70,7 +70,7 @@ for _path in (str(BENCH.parent), str(BENCH)):  # the repository (agents, envs, w
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from standin import Window, Workload, run_actor  # noqa: E402
+from standin import Window, Workload, start_broker_actors  # noqa: E402
 
 from envs.protocol import INSTRUCTION, PIXELS, STATE  # noqa: E402
 
@@ -109,17 +109,6 @@ class ModelWorkload(Workload):
 
     def request_bytes(self) -> int:
         return len(self.camera_names) * self.image_hw[0] * self.image_hw[1] * 3 + self.state_dim * 4
-
-
-def broker_actor(client, workload: ModelWorkload, control) -> None:
-    """An actor process: a stand-in env (run_actor) asking the broker for a chunk every R steps."""
-
-    def act(obs, step):
-        if step % workload.replan_steps == 0:
-            client.predict(obs)
-
-    client.begin_episode(client.actor_id)
-    run_actor(act, workload, client.actor_id, control)
 
 
 # ----------------------------------------------------------------------------- the worker side (torch)
@@ -497,15 +486,8 @@ def _raise_fd_limit() -> None:
 def closed_loop(broker, workload: ModelWorkload, window: Window, timeout_s: float) -> dict:
     """bench/broker.py's standin_broker loop with our actors: env-steps/s counted in the window
     (Window.rate) and cycle-aligned, actors that finished, and errors."""
-    actors, controls, errors = [], [], []
-    for i in range(workload.actors):
-        client = broker.client(i)
-        ours, theirs = broker.ctx.Pipe()
-        actors.append(broker.ctx.Process(target=broker_actor, args=(client, workload, theirs), daemon=True))
-        actors[-1].start()
-        client.close()
-        theirs.close()
-        controls.append(ours)
+    errors = []
+    actors, controls = start_broker_actors(broker, workload)
     ready_by = time.monotonic() + 120
     live = []
     for i, control in enumerate(controls):

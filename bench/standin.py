@@ -136,6 +136,20 @@ def broker_actor(client, workload: Workload, control) -> None:
     run_actor(act, workload, client.actor_id, control)
 
 
+def start_broker_actors(broker, workload: Workload) -> tuple[list, list]:
+    """N actor processes on ``broker`` (broker_actor), and our ends of their control pipes."""
+    actors, controls = [], []
+    for i in range(workload.actors):
+        client = broker.client(i)
+        ours, theirs = broker.ctx.Pipe()
+        actors.append(broker.ctx.Process(target=broker_actor, args=(client, workload, theirs), daemon=True))
+        actors[-1].start()
+        client.close()  # the actor holds its pipe now: its death reads as EOF
+        theirs.close()
+        controls.append(ours)
+    return actors, controls
+
+
 @dataclass
 class Window:
     """Steps are counted in [start + warmup_s, stop]: the first calls all arrive at once."""
