@@ -120,9 +120,17 @@ def test_the_unpickling_scan_catches_every_form():
     assert [unsafe_loads(imports + line) for line in good] == [[]] * len(good)
 
 
+# The broker's own messages between its own processes (anonymous pipes and queues, the bytes that
+# multiprocess would unpickle anyway): one pickle.loads, in wam_gym.model_worker.decode.
+INTERNAL_IPC = "wam_gym/model_worker.py"
+
+
 def test_the_source_never_unpickles_what_it_reads():
     found = {str(p.relative_to(ROOT)): hits for p in source_files() if (hits := unsafe_loads(p.read_text()))}
+    ipc = found.pop(INTERNAL_IPC, [])
     assert found == {}, f"unpickling calls (load safetensors, or torch.load(..., weights_only=True)): {found}"
+    source = (ROOT / INTERNAL_IPC).read_text().splitlines()
+    assert len(ipc) == 1 and "return pickle.loads(data)" in source[int(ipc[0].split()[1].rstrip(":")) - 1], ipc
     torch_loads = [(p.name, n) for p in source_files() for n, _ in calls(p.read_text()) if n == "torch.load"]
     # optimizer.pt and scheduler.pt, and DeepSpeed's ds/*.pt: all weights_only=True
     assert sorted(torch_loads) == [("checkpoint.py", "torch.load")] * 2  # training/engine/checkpoint.py

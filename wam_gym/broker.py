@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import pickle
 import queue
 import selectors
 import signal
@@ -43,7 +42,7 @@ import multiprocess.connection
 import numpy as np
 
 from wam_gym.batching import Batcher, Pacer, Request
-from wam_gym.model_worker import BatchResult, PolicyFactory, receive, send, serve_forever
+from wam_gym.model_worker import BatchResult, PolicyFactory, decode, encode, receive, send, serve_forever
 from wam_gym.shared_obs import ObservationSlot, unlink
 
 logger = logging.getLogger(__name__)
@@ -321,7 +320,7 @@ class BrokerClient:
         parent = os.getppid()
         while pending:
             try:
-                rid, row, error = pickle.loads(self.replies.get(timeout=CLIENT_WAIT_SLICE_S))
+                rid, row, error = decode(self.replies.get(timeout=CLIENT_WAIT_SLICE_S))
             except queue.Empty:
                 if self.on_wait is not None:
                     self.on_wait()
@@ -597,7 +596,7 @@ class InferenceBroker:
         with self._lock:
             replies = self._replies.get(actor_id)
         if replies is not None:
-            replies.put(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))  # bytes: the feeder thread's dill has nothing to do
+            replies.put(encode(message))  # bytes: the queue's feeder thread (dill) has nothing left to pickle
 
     def _heal(self) -> None:
         """Restart dead workers."""
