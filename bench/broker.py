@@ -153,6 +153,7 @@ def standin_sweep(args) -> None:
 
     window = Window(args.warmup_s, args.measure_s)
     sweeps = {k: v for k, v in SWEEP.items() if not args.sweep or k.startswith(args.sweep)}
+    sweeps = {name: list(itertools.product(*grid)) for name, grid in sweeps.items()}
     if args.point:  # N,W,B[,image size,cameras]: these points only
         points = [[int(x) for x in p.split(",")] for p in args.point]
         sweeps = {"points": [(n, w, b, *(rest or [224, 2])) for n, w, b, *rest in points]}
@@ -166,9 +167,8 @@ def standin_sweep(args) -> None:
           f"{'lockstep':>8} {'issue':>7} {'vla-eval':>8} {'/bound':>6} {'/best':>6} {'/lock':>6} {'/vla':>5} {'batch':>5} "
           f"{'wait50':>6} {'us/req':>6}")
     ratios = []
-    for name, grid in sweeps.items():
+    for name, points in sweeps.items():
         print(f"-- {name}")
-        points = grid if name == "points" else itertools.product(*grid)
         for n, w, b, size, cam in points:
             load = Workload(n, w, b, image_size=size, cameras=cam)
             rate, stats = standin_broker(load, window, args.wait_ms, args.backend, not args.no_pacing)

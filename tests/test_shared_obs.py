@@ -12,6 +12,7 @@ import pytest
 
 from bench.soak import EchoFactory
 from envs.protocol import stack_rows
+from tests.test_broker import wait_for
 from wam_gym.batching import Request, shape_key
 from wam_gym.broker import BrokerConfig, InferenceBroker
 from wam_gym.shared_obs import MIN_SHARED_BYTES, AttachedSegments, ObservationSlot, SharedArray
@@ -25,14 +26,6 @@ def row(value: int, size: int = 96) -> dict:
         "state": np.full(3, value, np.float32),
         "instruction": "x",
     }
-
-
-def wait_for(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
-        time.sleep(0.01)
 
 
 def test_large_arrays_become_handles_and_read_back_exactly():

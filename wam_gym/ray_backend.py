@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from wam_gym.model_worker import ModelServer, PolicyFactory
-from wam_gym.shared_obs import AttachedSegments, copy_resolved
+from wam_gym.shared_obs import AttachedSegments
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class RayWorkerPool:
 
     def submit(self, i: int, batch_id: int, requests) -> None:
         # Ray workers may run on other machines: the observations travel in the batch itself.
-        requests = [dataclasses.replace(r, obs=copy_resolved(r.obs, self.segments), segment=None) for r in requests]
+        requests = [dataclasses.replace(r, obs=self.segments.resolve(r.obs, copy=True), segment=None) for r in requests]
         with self._lock:
             self._pending[self.handles[i].run.remote(batch_id, requests)] = (i, "result", self.handles[i])
 

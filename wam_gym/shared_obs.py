@@ -110,16 +110,18 @@ class AttachedSegments:
         self.limit = limit
         self._segments: OrderedDict[str, shared_memory.SharedMemory] = OrderedDict()
 
-    def resolve(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+    def resolve(self, obs: Mapping[str, Any], copy: bool = False) -> dict[str, Any]:
         """``obs`` with every handle replaced by a view of the shared array (copy it before the
-        actor may write again: stacking a batch does)."""
+        actor may write again: stacking a batch does), or by a copy (``copy``: for workers that
+        cannot attach, Ray's)."""
         out: dict[str, Any] = {}
         for key, value in obs.items():
             if isinstance(value, Mapping):
-                out[key] = self.resolve(value)
+                out[key] = self.resolve(value, copy)
             elif isinstance(value, SharedArray):
                 memory = self._attach(value.segment)
-                out[key] = np.ndarray(value.shape, np.dtype(value.dtype), buffer=memory.buf, offset=value.offset)
+                view = np.ndarray(value.shape, np.dtype(value.dtype), buffer=memory.buf, offset=value.offset)
+                out[key] = view.copy() if copy else view
             else:
                 out[key] = value
         return out
@@ -155,7 +157,7 @@ class AttachedSegments:
 
 
 def unlink(name: str) -> None:
-    """Remove a segment by name (an actor's own at exit, a dead actor's from the broker)."""
+    """Remove a segment by name (the broker, for an actor that was killed)."""
     try:
         memory = shared_memory.SharedMemory(name=name)
     except FileNotFoundError:
@@ -164,24 +166,10 @@ def unlink(name: str) -> None:
     memory.unlink()
 
 
-def copy_resolved(obs: Mapping[str, Any], segments: AttachedSegments) -> dict[str, Any]:
-    """``obs`` with its handles replaced by copies (for workers that cannot attach: Ray's)."""
-    resolved = segments.resolve(obs)
-    return _copy_arrays(resolved)
-
-
-def _copy_arrays(obs: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _copy_arrays(v) if isinstance(v, Mapping) else np.array(v) if isinstance(v, np.ndarray) else v
-            for k, v in obs.items()}
-
-
 def _is_large(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.nbytes >= MIN_SHARED_BYTES
 
 
 def _large_bytes(row: Mapping[str, Any]) -> int:
-    return sum(_large_bytes(v) if isinstance(v, Mapping) else value_bytes(v) for v in row.values())
-
-
-def value_bytes(value: Any) -> int:
-    return value.nbytes if _is_large(value) else 0
+    """Bytes of ``row``'s large arrays: what its slot must hold."""
+    return sum(_large_bytes(v) if isinstance(v, Mapping) else v.nbytes if _is_large(v) else 0 for v in row.values())
