@@ -8,6 +8,7 @@ keep one :class:`Episode` per env slot, so success, steps and reward are counted
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ class Episode:
     reward: float = 0.0
     success: bool = False  # at any step: benchmarks count an episode solved the first time it succeeds
     info: dict[str, Any] = field(default_factory=dict)  # the reset's info, updated by each step's (keeps e.g. init_state_id)
+    env_s: float = 0.0  # seconds spent in the env's reset and steps (simulation and rendering): the episode's env cost
 
     def count_step(self, reward: float, success: bool) -> None:
         self.steps += 1
@@ -58,9 +60,10 @@ def run_episode(
     ``after_act(obs, action)`` gets each action with the observation it answers, before the
     env steps (an env may reuse the buffers of its observation).
     """
+    start = time.perf_counter()
     obs, info = env.reset(seed=seed, options=options)
+    episode = Episode(seed=seed, success=step_succeeded(info), info=info, env_s=time.perf_counter() - start)
     agent.reset()
-    episode = Episode(seed=seed, success=step_succeeded(info), info=info)
     limit = max_steps if max_steps is not None else _registered_limit(env)
     if observe is not None:
         observe(obs, info)
@@ -68,7 +71,9 @@ def run_episode(
         action = agent.act(obs)
         if after_act is not None:
             after_act(obs, action)
+        start = time.perf_counter()
         obs, reward, terminated, truncated, info = env.step(action)
+        episode.env_s += time.perf_counter() - start
         episode.count_step(reward, step_succeeded(info))
         episode.info = {**episode.info, **info}  # keys only the reset reports (LIBERO's init_state_id) stay
         if observe is not None:

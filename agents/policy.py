@@ -5,6 +5,7 @@ serve any object with::
 
     action_horizon: int                                  # actions per predicted chunk
     def predict(self, obs, noise_seeds=None): ...        # a batch -> action chunks
+    num_inference_steps: int                             # optional: denoising steps per call (results' cost)
 
 ``obs`` is a batch in the env contract (envs/protocol.py): ``obs["pixels"][camera]`` is
 ``(B, H, W, 3)`` uint8, ``obs["state"]`` ``(B, state_dim)`` float, ``obs["instruction"]`` B
@@ -50,6 +51,25 @@ class Prediction:
 def _fields(prediction: Any) -> dict[str, Any]:
     """The fields a Prediction carries, read off ``prediction`` (any object with those attributes)."""
     return {f.name: getattr(prediction, f.name, None) for f in fields(Prediction)}
+
+
+@dataclass
+class ModelCost:
+    """What one episode's model calls cost, as its predictor measured them (None: not measured).
+
+    ``model_s`` is device time: a batched call's seconds are shared equally by the requests in its
+    batch, so summed over episodes it is the time the model workers spent, and "successes per
+    model-second" compares checkpoints, samplers and batch settings on what they cost to serve.
+    """
+
+    model_s: float | None = None  # the model's seconds attributed to this episode's requests
+    denoise_steps: int | None = None  # denoising steps run for this episode's requests (None: the policy does not say)
+
+    def add(self, model_s: float | None, denoise_steps: int | None) -> None:
+        if model_s is not None:
+            self.model_s = (self.model_s or 0.0) + model_s
+        if denoise_steps is not None:
+            self.denoise_steps = (self.denoise_steps or 0) + denoise_steps
 
 
 @runtime_checkable

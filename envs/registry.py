@@ -42,6 +42,8 @@ class Suite:
     env_kwargs: Mapping[str, dict[str, Any]]  # env id -> constructor kwargs
     assets: str = ""  # what else must be on disk, and how to get it
     max_steps_by_id: Mapping[str, int] = field(default_factory=dict)
+    settle_steps: int = 0  # no-op steps a reset runs before the first observation (objects drop into place)
+    image_orientation: str = "upright"  # how its cameras' frames are stored (every suite renders upright)
 
     @property
     def install(self) -> str:

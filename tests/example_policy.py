@@ -9,6 +9,7 @@ import numpy as np
 
 class StatePolicy:
     action_horizon = 4  # actions per predicted chunk
+    num_inference_steps = 1  # optional: denoising steps per call, counted in the results' cost columns
 
     def predict(self, obs, noise_seeds=None):
         state = np.asarray(obs["state"], np.float32)  # (B, state_dim); obs["pixels"][camera] is (B, H, W, 3) uint8

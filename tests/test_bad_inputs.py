@@ -466,6 +466,26 @@ def read_video(content: bytes | None) -> Callable[[Ctx], object]:
     return trigger
 
 
+def compared_runs(b_protocol: dict) -> Callable[[Ctx], object]:
+    """python -m wam_gym.compare on two runs of one episode each, B's protocol changed by ``b_protocol``."""
+
+    def trigger(ctx: Ctx):
+        import json
+
+        from wam_gym.compare import compare
+        from wam_gym.results import EpisodeRecord, ResultStore
+
+        for name, changes in (("A", {}), ("B", b_protocol)):
+            run = ctx.tmp / name
+            run.mkdir()
+            protocol = {"protocol": {"EVALUATION.seed": 0, **changes}, "observed": {}, "agent": {}}
+            (run / "protocol.json").write_text(json.dumps(protocol))
+            ResultStore(run).write(EpisodeRecord("wam_gym/MetaWorld-reach-v3", 0, 0, True, 1, 0.0))
+        return compare(ctx.tmp / "A", ctx.tmp / "B")
+
+    return trigger
+
+
 def call(target: str, *args, **kwargs) -> Callable[[Ctx], object]:
     """Call ``module:function`` (imported when the case runs) with fixed arguments."""
 
@@ -713,6 +733,13 @@ def cases() -> list[Case]:
         Case("eval-remote-unknown-protocol", eval_manager(agent="remote", remote_url="ws://localhost:8000",
                                                           remote_protocol="grpc"), ValueError,
              r"EVALUATION\.remote_protocol='grpc': choose one of \['openpi', 'vla-eval'\]"),
+        Case("eval-target-halfwidth-out-of-range", call("wam_gym.eval.config:EvaluationConfig", target_ci_halfwidth=0.7),
+             ValueError, r"EVALUATION\.target_ci_halfwidth must be in \(0, 0\.5\] \(e\.g\. 0\.1: \+-10 points\) or null"),
+        Case("eval-compare-to-not-a-run", eval_manager(compare_to="/nonexistent/run"), ValueError,
+             r"EVALUATION\.compare_to: /nonexistent/run has no protocol\.json \(not an evaluation output dir"),
+        Case("compare-different-protocols", compared_runs({"EVALUATION.seed": 1}), ValueError,
+             r"A \(\S+\) and B \(\S+\) ran under different protocols, so their episodes are not the same episodes: "
+             r"EVALUATION\.seed is in A \S+ 0, in B \S+ 1\. Compare runs evaluated with the same suite"),
         # --- datasets and training
         Case("dataset-missing", call("training.data:LeRobotDataset", "/nonexistent/dataset"), DatasetError,
              r"no dataset at /nonexistent/dataset.*Collect one with: python -m training\.collect --env ENV_ID"),

@@ -30,7 +30,12 @@ def test_quick_demo_produces_every_artifact(tmp_path):
     frames = read_mp4(out / report["outputs"]["videos"][0])
     size = report["config"]["image_size"]
     assert frames.shape[1:] == (size, 2 * 2 * size, 3)  # two cameras | the predicted future
-    assert "| task | WAM | scripted expert | random |" in (out / "report.md").read_text()
+    markdown = (out / "report.md").read_text()
+    assert "| task | WAM | scripted expert | random | WAM - random (paired) |" in markdown
+    # intervals on every rate, and the WAM paired with the random agent on the same episodes
+    assert all(len(report["overall_ci95"][a]) == 2 for a in ("wam", "expert", "random"))
+    assert report["wam_vs_random"]["overall"]["pairs"] == len(report["tasks"]) and "paired over all episodes" in markdown
+    assert all(row["wam_vs_random"]["pairs"] == 1 for row in report["tasks"])
     # every stage printed progress (the piped console gets a line at most every 30 s, and the stage's time)
     for stage in ("collect", "fit_vae", "cache", "train", "eval_wam"):
         assert re.search(rf"\[demo\] {stage}: \d+ s", run.stdout), stage

@@ -22,7 +22,8 @@ import pytest
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
 from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
 from wam_gym.eval.manager import EvalManager
-from wam_gym.eval.rundir import IDENTITY_FILE, LOCK_FILE, checkpoint_fingerprint
+from wam_gym.eval.run_protocol import LEGACY_IDENTITY_FILE, PROTOCOL_FILE, checkpoint_fingerprint, protocol_hash
+from wam_gym.eval.rundir import LOCK_FILE
 from wam_gym.results import EpisodeRecord, ResultStore
 
 REACH, PUSH = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"
@@ -61,7 +62,7 @@ def results(out) -> dict:
 
 @pytest.fixture
 def done_run(tmp_path):
-    """An expert run of REACH x 2 trials, complete, with its run_identity.json."""
+    """An expert run of REACH x 2 trials, complete, with its protocol.json."""
     out = tmp_path / "out"
     record_episodes(out)
     assert run(config(out))["complete"]
@@ -69,11 +70,22 @@ def done_run(tmp_path):
 
 
 # ----------------------------------------------------------------- resume must match what it resumes
-def test_first_run_records_its_identity_and_a_matching_rerun_resumes(done_run):
-    identity = json.loads((done_run / IDENTITY_FILE).read_text())
-    assert identity == {"EVALUATION.agent": "expert", "EVALUATION.seed": SEED, "EVALUATION.max_episode_steps": None,
-                        "env_kwargs": {}}
-    assert results(done_run)["run_identity"] == identity and results(done_run)["resume_mismatch"] == []
+def test_first_run_records_its_protocol_and_a_matching_rerun_resumes(done_run):
+    import importlib.metadata
+
+    record = json.loads((done_run / PROTOCOL_FILE).read_text())
+    protocol = record["protocol"]
+    assert record["agent"] == {"EVALUATION.agent": "expert"}
+    assert (protocol["EVALUATION.seed"], protocol["EVALUATION.max_episode_steps"], protocol["env_kwargs"]) == (SEED, None, {})
+    assert protocol["tasks"] == {REACH: {"env_id": REACH, "kwargs": {"task": "reach"}, "max_episode_steps": 500,
+                                         "init_state": None}}
+    suite = protocol["suites"]["metaworld"]
+    assert suite["simulator"] == {"metaworld": importlib.metadata.version("metaworld")}
+    assert (suite["image_orientation"], suite["settle_steps"]) == ("upright", 0) and "truncated" in suite["termination"]
+    assert record["observed"] == {}  # every episode was on disk: no env was built
+    on_disk = results(done_run)
+    assert on_disk["protocol"] == record and on_disk["protocol_hash"] == protocol_hash(record)
+    assert on_disk["resume_mismatch"] == []
     assert run(config(done_run))["complete"]
 
 
@@ -98,13 +110,26 @@ def test_rerun_with_other_settings_is_refused_with_one_line(done_run, changes, f
     assert episode_bytes(done_run) == before and results(done_run) == summary  # nothing credited, nothing rewritten
 
 
+def test_actors_record_what_each_env_is(tmp_path):
+    out = tmp_path / "out"
+    summary = EvalManager(config(out, trials=1, max_episode_steps=3, env_kwargs={"image_size": 32})).run()
+    observed = json.loads((out / PROTOCOL_FILE).read_text())["observed"][REACH]
+    assert observed["action_space"] == {"dtype": "float32", "shape": [4], "low": [-1.0] * 4, "high": [1.0] * 4}
+    assert observed["cameras"] == {"corner": [32, 32, 3], "gripperPOV": [32, 32, 3]} and observed["state_shape"]
+    assert summary["protocol"]["observed"][REACH] == observed
+    # The cost columns: an expert calls no model; its env time is measured.
+    (record,) = ResultStore(out).records()
+    assert record.model_calls is None and record.model_s is None and record.env_s > 0
+    assert summary["overall"]["cost"]["env_s"] == record.env_s
+
+
 def test_allowed_mismatch_is_recorded_in_results(done_run):
     summary = run(config(done_run, seed=8, allow_resume_mismatch=True))
     assert summary["complete"]
     on_disk = results(done_run)
     assert on_disk["allow_resume_mismatch"] is True
     assert on_disk["resume_mismatch"] == [{"field": "EVALUATION.seed", "recorded": SEED, "now": 8}]
-    assert json.loads((done_run / IDENTITY_FILE).read_text())["EVALUATION.seed"] == SEED  # the episodes' own
+    assert json.loads((done_run / PROTOCOL_FILE).read_text())["protocol"]["EVALUATION.seed"] == SEED  # the episodes' own
 
 
 def test_more_trials_and_other_tasks_are_not_a_mismatch(tmp_path):
@@ -116,9 +141,20 @@ def test_more_trials_and_other_tasks_are_not_a_mismatch(tmp_path):
 
 def test_output_dir_from_an_older_version_is_adopted(tmp_path, caplog):
     out = tmp_path / "out"
-    record_episodes(out)  # episodes, no run_identity.json
+    record_episodes(out)  # episodes, no protocol.json
     run(config(out))
-    assert "no run_identity.json" in caplog.text and (out / IDENTITY_FILE).is_file()
+    assert "no protocol.json" in caplog.text and (out / PROTOCOL_FILE).is_file()
+
+
+def test_older_run_identity_is_still_checked(tmp_path):
+    out = tmp_path / "out"
+    record_episodes(out)
+    (out / LEGACY_IDENTITY_FILE).write_text(json.dumps({"EVALUATION.agent": "expert", "EVALUATION.seed": SEED + 1,
+                                                        "EVALUATION.max_episode_steps": None, "env_kwargs": {}}))
+    with pytest.raises(ResumeMismatch, match=f"EVALUATION.seed was {SEED + 1}, now {SEED}"):
+        run(config(out))
+    (out / LEGACY_IDENTITY_FILE).write_text(json.dumps({"EVALUATION.agent": "expert", "EVALUATION.seed": SEED}))
+    assert run(config(out))["complete"] and (out / PROTOCOL_FILE).is_file()
 
 
 # ----------------------------------------------------------------- the WAM: checkpoint content and inference knobs
@@ -133,9 +169,9 @@ def wam_run(tmp_path, tiny_ckpt):
 
 def test_wam_identity_is_the_checkpoint_content_not_its_path(wam_run, tmp_path):
     out, ckpt = wam_run
-    identity = json.loads((out / IDENTITY_FILE).read_text())
-    assert identity["ckpt"] == {"path": str(ckpt), "fingerprint": checkpoint_fingerprint(ckpt)}
-    assert identity["env_kwargs"] == {"cameras": ["corner", "gripperPOV"], "image_size": [64, 64]}
+    record = json.loads((out / PROTOCOL_FILE).read_text())
+    assert record["agent"]["ckpt"] == {"path": str(ckpt), "fingerprint": checkpoint_fingerprint(ckpt)}
+    assert record["protocol"]["env_kwargs"] == {"cameras": ["corner", "gripperPOV"], "image_size": [64, 64]}
     moved = shutil.copytree(ckpt, tmp_path / "moved")  # a copy: new mtimes, same content
     assert run(config(out, agent="wam", ckpt=moved))["complete"]
 
@@ -188,7 +224,7 @@ def test_allowed_image_resize_is_recorded(tmp_path, tiny_ckpt):
     record_episodes(out)
     summary = run(config(out, agent="wam", ckpt=tiny_ckpt, env_kwargs={"image_size": 96}, allow_image_resize=True))
     assert summary["image_resized"] is True and results(out)["image_resized"] is True
-    assert results(out)["run_identity"]["env_kwargs"]["image_size"] == 96
+    assert results(out)["protocol"]["protocol"]["env_kwargs"]["image_size"] == 96
 
 
 def test_cli_wrong_stats_path_is_one_line_and_writes_nothing(tmp_path, tiny_ckpt):

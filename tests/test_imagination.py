@@ -131,8 +131,8 @@ def test_the_demo_report_shows_the_imagination_score_beside_the_copy_baseline(tm
     scores = {"imagine_psnr": 21.5, "imagine_ssim": 0.8, "copy_psnr": 20.0, "copy_ssim": 0.75, "episodes": 1, "frames": 6}
     for agent in ("wam", "expert", "random"):
         imagination = {"imagination": scores} if agent == "wam" else {}
-        results = {"tasks": {t: {"success_rate": 0.5, **imagination} for t in tasks},
-                   "overall": {"success_rate": 0.5, **imagination}}
+        rate = {"success_rate": 0.5, "success_rate_ci95": [0.1, 0.9]}
+        results = {"tasks": {t: {**rate, **imagination} for t in tasks}, "overall": {**rate, **imagination}}
         if agent == "wam":
             results["imagination"] = {"cameras": ["corner"], "image_size": [16, 16], "frame_stride": 4}
         (tmp_path / "eval" / agent).mkdir(parents=True)

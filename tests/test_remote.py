@@ -71,7 +71,8 @@ class OpenpiServer:
             if state[0] < 0:
                 ws.send("bad observation: negative state")
                 return
-            ws.send(pack_openpi({"actions": np.full((3, ACTION_DIM), obs["noise_seed"], np.float32)}))
+            ws.send(pack_openpi({"actions": np.full((3, ACTION_DIM), obs["noise_seed"], np.float32),
+                                 "server_timing": {"infer_ms": 5.0}}))  # as openpi's own servers report it
 
     def close(self) -> None:
         self.server.shutdown()
@@ -110,6 +111,9 @@ def test_openpi_framing_keys_noise_seed_and_api_key(openpi_server):
     assert request["observation/wrist_image"][0, 0, 0] == 1 and request["prompt"] == "reach"
     assert request["observation/state"].dtype == np.float32
     assert server.headers == ["Api-Key s3cret"]
+    assert policy.cost.model_s == pytest.approx(3 * 0.005)  # the server's infer_ms, summed over the episode's rows
+    policy.begin_episode(12)
+    assert policy.cost.model_s is None  # counted per episode
     policy.close()
 
 
@@ -179,8 +183,10 @@ def test_python_policy_runs_through_the_broker(tmp_path, importable_tests):
     assert summary["broker"]["mean_batch_size"] >= 1  # the model calls went through the broker
     done = records(out)
     assert sorted(done) == [0, 1] and all(r["steps"] == STEPS and r["attempts"] == 1 for r in done.values())
+    for r in done.values():  # the cost columns: the workers' time for each request, the policy's denoising steps
+        assert r["model_calls"] == -(-STEPS // 4) == r["denoise_steps"] and r["model_s"] > 0
     saved = json.loads((out / "results.json").read_text())
-    assert saved["run_identity"]["EVALUATION.policy"] == "tests.example_policy:make_policy"
+    assert saved["protocol"]["agent"]["EVALUATION.policy"] == "tests.example_policy:make_policy"
 
 
 class VlaEvalServer:

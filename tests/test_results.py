@@ -14,6 +14,7 @@ from wam_gym.results import (
     task_slug,
     write_summary,
 )
+from wam_gym.utils.stats import wilson
 
 REACH = "wam_gym/MetaWorld-reach-v3"
 SPATIAL3 = "wam_gym/LIBERO-Spatial-v0:3"
@@ -21,6 +22,10 @@ SPATIAL3 = "wam_gym/LIBERO-Spatial-v0:3"
 
 def _rec(task=REACH, trial=0, success=True, steps=10, **kw) -> EpisodeRecord:
     return EpisodeRecord(task=task, trial=trial, seed=100 + trial, success=success, steps=steps, reward=1.5, **kw)
+
+
+def _timed(task, trial, success, steps) -> EpisodeRecord:
+    return _rec(task, trial, success, steps, env_s=1.0)
 
 
 def _no_temp_files(root) -> bool:
@@ -163,30 +168,58 @@ PLAN = [(A, 0), (A, 1), (A, 2), (A, 3), (B, 0), (B, 1)]
 
 
 def _records():
-    return [
-        _rec(A, 0, True, 10), _rec(A, 1, False, 50), _rec(A, 2, True, 20), _rec(A, 3, True, 30),
-        _rec(B, 0, False, 40), _rec(B, 1, True, 20),
+    return [  # env_s: each episode's env time, 1 s
+        _timed(A, 0, True, 10), _timed(A, 1, False, 50), _timed(A, 2, True, 20), _timed(A, 3, True, 30),
+        _timed(B, 0, False, 40), _timed(B, 1, True, 20),
         _rec(B, 7, True, 1), _rec("wam_gym/C-v0", 0, True, 1),  # outside the plan: ignored
     ]
+
+
+NO_COST = {"model_calls": None, "model_s": None, "denoise_steps": None, "env_s": None, "successes_per_model_s": None}
 
 
 def test_summarize_numbers():
     s = summarize(_records(), PLAN)
     assert s["tasks"] == {
-        A: {"episodes": 4, "successes": 3, "success_rate": 0.75, "mean_steps": 27.5},
-        B: {"episodes": 2, "successes": 1, "success_rate": 0.5, "mean_steps": 30.0},
+        A: {"episodes": 4, "successes": 3, "success_rate": 0.75, "success_rate_ci95": [pytest.approx(0.3006, abs=1e-4),
+            pytest.approx(0.9544, abs=1e-4)], "mean_steps": 27.5, "cost": {**NO_COST, "env_s": 4.0}},
+        B: {"episodes": 2, "successes": 1, "success_rate": 0.5, "success_rate_ci95": [pytest.approx(0.0945, abs=1e-4),
+            pytest.approx(0.9055, abs=1e-4)], "mean_steps": 30.0, "cost": {**NO_COST, "env_s": 2.0}},
     }
-    assert s["overall"] == {"episodes": 6, "successes": 4, "success_rate": pytest.approx(4 / 6), "tasks": 2,
-                            "mean_task_success_rate": 0.625}
+    # Overall: the mean of the per-task rates (each task weighs the same), MOVER over the Wilson intervals:
+    # 0.625 - sqrt(((0.75 - 0.3006) / 2)^2 + ((0.5 - 0.0945) / 2)^2), and the same upwards.
+    low = 0.625 - ((0.75 - 0.300642) ** 2 + (0.5 - 0.094531) ** 2) ** 0.5 / 2
+    high = 0.625 + ((0.954413 - 0.75) ** 2 + (0.905469 - 0.5) ** 2) ** 0.5 / 2
+    assert s["overall"] == {"episodes": 6, "successes": 4, "tasks": 2, "success_rate": 0.625,
+                            "success_rate_ci95": [pytest.approx(low, abs=1e-5), pytest.approx(high, abs=1e-5)],
+                            "pooled_success_rate": pytest.approx(4 / 6), "cost": {**NO_COST, "env_s": 6.0}}
     assert s["complete"] is True and s["planned"] == 6
+    assert "Wilson" in s["intervals"]["task"] and "MOVER" in s["intervals"]["overall"]
+
+
+def test_summarize_cost_columns():
+    records = [_rec(A, 0, True, model_calls=3, model_s=0.5, denoise_steps=30, env_s=2.0),
+               _rec(A, 1, False, model_calls=5, model_s=1.5, denoise_steps=50, env_s=3.0),
+               _rec(B, 0, True, env_s=1.0)]  # an agent without a model: env time only
+    s = summarize(records, [(A, 0), (A, 1), (B, 0)])
+    assert s["tasks"][A]["cost"] == {"model_calls": 8, "model_s": 2.0, "denoise_steps": 80, "env_s": 5.0,
+                                     "successes_per_model_s": 0.5}
+    assert s["tasks"][B]["cost"] == {**NO_COST, "env_s": 1.0}
+    assert s["overall"]["cost"] == {"model_calls": 8, "model_s": 2.0, "denoise_steps": 80, "env_s": 6.0,
+                                    "successes_per_model_s": 1.0}
+    lines = format_table(s).splitlines()
+    assert lines[0].split()[-5:] == ["95%", "CI", "model", "s", "succ/model-s"]
+    assert lines[2].split()[-2:] == ["2.0", "0.500"] and lines[3].split()[-2:] == ["-", "-"]
 
 
 def test_summarize_partial_run():
     s = summarize([r for r in _records() if r.task == A and r.trial < 2], PLAN)
     assert s["complete"] is False and s["planned"] == 6
-    assert s["tasks"][A] == {"episodes": 2, "successes": 1, "success_rate": 0.5, "mean_steps": 30.0}
-    assert s["tasks"][B] == {"episodes": 0, "successes": 0, "success_rate": None, "mean_steps": None}
-    assert s["overall"]["mean_task_success_rate"] == 0.5 and s["overall"]["tasks"] == 2
+    assert s["tasks"][A]["episodes"] == 2 and s["tasks"][A]["success_rate"] == 0.5
+    assert s["tasks"][B] == {"episodes": 0, "successes": 0, "success_rate": None, "success_rate_ci95": None,
+                             "mean_steps": None, "cost": NO_COST}
+    assert s["overall"]["success_rate"] == 0.5 and s["overall"]["tasks"] == 2  # tasks without records: not in the mean
+    assert s["overall"]["success_rate_ci95"] == list(wilson(1, 2))
 
 
 def test_write_summary_json_and_csv(tmp_path):
@@ -202,8 +235,11 @@ def test_write_summary_json_and_csv(tmp_path):
         t = s["tasks"][row["task"]]
         assert int(row["episodes"]) == t["episodes"] and int(row["successes"]) == t["successes"]
         assert float(row["success_rate"]) == t["success_rate"] and float(row["mean_steps"]) == t["mean_steps"]
+        assert [float(row["ci95_low"]), float(row["ci95_high"])] == t["success_rate_ci95"]
     assert (rows[2]["episodes"], rows[2]["successes"]) == ("6", "4")
-    assert float(rows[2]["success_rate"]) == s["overall"]["success_rate"]
+    assert float(rows[2]["success_rate"]) == s["overall"]["success_rate"] == 0.625  # the mean of the tasks' rates
+    assert [float(rows[2]["ci95_low"]), float(rows[2]["ci95_high"])] == s["overall"]["success_rate_ci95"]
+    assert rows[2]["model_s"] == "" and rows[2]["mean_steps"] == ""
     assert _no_temp_files(tmp_path)
     with pytest.raises(ValueError, match="overall"):
         write_summary(tmp_path, s, {"overall": 1})
@@ -211,10 +247,10 @@ def test_write_summary_json_and_csv(tmp_path):
 
 def test_format_table():
     lines = format_table(summarize(_records(), PLAN)).splitlines()
-    assert lines[0].split() == ["task", "episodes", "success", "rate", "%"]
-    assert lines[2].split() == [A, "4", "3", "75.0"]
-    assert lines[3].split() == [B, "2", "1", "50.0"]
-    assert lines[-1].split() == ["overall", "6", "4", "66.7"]
+    assert lines[0].split() == ["task", "episodes", "success", "rate", "%", "95%", "CI"]
+    assert lines[2].split() == [A, "4", "3", "75.0", "30.1-95.4"]
+    assert lines[3].split() == [B, "2", "1", "50.0", "9.5-90.5"]
+    assert lines[-1].split() == ["overall", "6", "4", "62.5", "32.2-85.2"]
     assert len({len(line) for line in lines}) == 1  # aligned
 
 
@@ -229,7 +265,8 @@ def test_imagination_scores_are_averaged_over_scored_episodes_and_shown():
     assert s["tasks"][B]["imagination"] == dict.fromkeys(IMAGINATION_SCORES) | {"episodes": 0, "frames": 0}
     assert s["overall"]["imagination"]["imagine_psnr"] == 15.0 and s["overall"]["imagination"]["episodes"] == 2
     lines = format_table(s).splitlines()
-    assert lines[0].split() == ["task", "episodes", "success", "rate", "%", "imagine", "PSNR", "SSIM", "copy", "PSNR", "SSIM"]
+    assert lines[0].split() == ["task", "episodes", "success", "rate", "%", "95%", "CI", "imagine", "PSNR", "SSIM", "copy",
+                                "PSNR", "SSIM"]
     assert lines[2].split()[-4:] == ["15.00", "0.500", "30.00", "0.900"] and lines[3].split()[-4:] == ["-"] * 4
     assert len({len(line) for line in lines}) == 1
     assert "imagination" not in summarize(_records(), PLAN)["overall"]  # records without the score: no section
@@ -247,10 +284,13 @@ def test_log_tensorboard_scalars(tmp_path):
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert tags == {f"eval/success_rate/{A}", f"eval/success_rate/{B}", "eval/success_rate/overall"}
+    assert tags == {f"eval/{name}/{t}" for name in ("success_rate", "success_rate_ci95_low", "success_rate_ci95_high")
+                    for t in (A, B, "overall")} | {f"eval/cost/env_s/{t}" for t in (A, B, "overall")}
     (event,) = acc.Scalars(f"eval/success_rate/{A}")
     assert event.step == 3 and event.value == pytest.approx(0.75)
-    assert acc.Scalars("eval/success_rate/overall")[0].value == pytest.approx(4 / 6)
+    assert acc.Scalars(f"eval/success_rate_ci95_low/{A}")[0].value == pytest.approx(0.3006, abs=1e-4)
+    assert acc.Scalars("eval/success_rate/overall")[0].value == pytest.approx(0.625)
+    assert acc.Scalars("eval/cost/env_s/overall")[0].value == pytest.approx(6.0)
 
 
 def test_log_tensorboard_missing_dependency(tmp_path, monkeypatch):

@@ -41,6 +41,7 @@ import multiprocess
 import multiprocess.connection
 import numpy as np
 
+from agents.policy import ModelCost
 from wam_gym.batching import Batcher, Pacer, Request
 from wam_gym.model_worker import BatchResult, PolicyFactory, decode, encode, receive, send, serve_forever
 from wam_gym.shared_obs import ObservationSlot, unlink
@@ -282,6 +283,7 @@ class BrokerClient:
         self.actor_id, self.requests, self.replies, self.action_horizon = actor_id, requests, replies, action_horizon
         self._ids = itertools.count()
         self.episode_seed, self._calls = 0, 0
+        self.cost = ModelCost()  # this episode's model time and denoising steps, from the workers' answers
         self.slot = ObservationSlot()  # created in the process that predicts, at its first call
         # Called about once a second while waiting for an answer: a rollout actor reports that it is
         # alive, only waiting (the eval manager's stall watchdog must not kill it for a slow model).
@@ -289,6 +291,7 @@ class BrokerClient:
 
     def begin_episode(self, seed: int) -> None:
         self.episode_seed, self._calls = seed, 0
+        self.cost = ModelCost()
 
     def close(self) -> None:
         """Drop this process's copy of the request pipe (after handing the client to another)."""
@@ -320,7 +323,7 @@ class BrokerClient:
         parent = os.getppid()
         while pending:
             try:
-                rid, row, error = decode(self.replies.get(timeout=CLIENT_WAIT_SLICE_S))
+                rid, row, error, model_s, denoise_steps = decode(self.replies.get(timeout=CLIENT_WAIT_SLICE_S))
             except queue.Empty:
                 if self.on_wait is not None:
                     self.on_wait()
@@ -333,6 +336,7 @@ class BrokerClient:
                 raise RemoteInferenceError(error)
             answers[rid] = row
             pending.discard(rid)
+            self.cost.add(model_s, denoise_steps)
         return answers
 
 
@@ -583,8 +587,9 @@ class InferenceBroker:
         del self._in_flight[result.worker_id]
         self._idle.append(result.worker_id)
         self.stats.model_s.append(result.model_seconds)
+        share = result.model_seconds / max(1, len(result.replies))  # each request's part of the call
         for actor_id, request_id, row, error in result.replies:
-            self._reply(actor_id, (request_id, row, error))
+            self._reply(actor_id, (request_id, row, error, share, result.denoise_steps))
         if self.pacer is not None:
             now = time.monotonic()
             self.pacer.batch_done(len(flight.requests), result.model_seconds)

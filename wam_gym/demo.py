@@ -46,6 +46,7 @@ class DemoConfig:
     tasks: list[str] = field(default_factory=lambda: list(TASK_SETS["metaworld_demo"]))  # env ids
     episodes: int = 12  # expert demos per task
     image_size: int = 48  # pixels, square, for demos, training and evaluation
+    cameras: tuple[str, ...] = ("corner", "gripperPOV")  # for demos, training and evaluation (every agent: runs pair)
     vae_steps: int = 400  # optimizer steps of the VAE fit (python -m training.fit_vae)
     train_steps: int = 1500  # optimizer steps of the tiny WAM
     batch_size: int = 32  # clips per training step
@@ -102,7 +103,8 @@ class Demo:
     def collect(self) -> None:
         c = self.config
         command = [sys.executable, "-m", "training.collect", "--episodes", str(c.episodes), "--agent", "expert",
-                   "--output", str(self.out / "data"), "--image-size", str(c.image_size), "--overwrite"]
+                   "--output", str(self.out / "data"), "--image-size", str(c.image_size), "--overwrite",
+                   "--cameras", *c.cameras]
         for task in c.tasks:
             command += ["--env", task]
         self._stage("collect", command, self.out / "data" / "meta" / "info.json")
@@ -156,17 +158,21 @@ class Demo:
                 "EVALUATION.eval_save_video=true", "EVALUATION.visualize_future_video=true",
                 f"MULTIRUN.inference_batch_size={c.actors}",
             ]
-        else:
-            command += [f"+env_kwargs.image_size={c.image_size}"]
+        else:  # the envs the WAM is evaluated in (its checkpoint's cameras and size), so every run pairs with its
+            command += [f"+env_kwargs.image_size=[{c.image_size},{c.image_size}]",
+                        f"+env_kwargs.cameras=[{','.join(c.cameras)}]"]
         self._stage(f"eval_{agent}", command, out / "results.json")
 
     # ----------------------------------------------------------------- report
     def report(self) -> dict:
         results = {a: json.loads((self.out / "eval" / a / "results.json").read_text()) for a in ("wam", "expert", "random")}
+        paired = self._wam_vs_random()
         rows = []
         for task in self.config.tasks:
             rate = {a: results[a]["tasks"].get(task, {}).get("success_rate") for a in results}
             rows.append({"task": task, **rate, "wam_beats_random": (rate["wam"] or 0) > (rate["random"] or 0),
+                         "ci95": {a: results[a]["tasks"].get(task, {}).get("success_rate_ci95") for a in results},
+                         "wam_vs_random": (paired or {}).get("tasks", {}).get(task),
                          "imagination": results["wam"]["tasks"].get(task, {}).get("imagination")})
         videos = sorted(str(p.relative_to(self.out)) for p in (self.out / "eval" / "wam" / "videos").rglob("*.mp4"))
         vae = json.loads((self.out / "vae" / "fit_vae.json").read_text())
@@ -174,6 +180,9 @@ class Demo:
             "config": asdict(self.config),
             "tasks": rows,
             "overall": {a: results[a]["overall"]["success_rate"] for a in results},
+            "overall_ci95": {a: results[a]["overall"]["success_rate_ci95"] for a in results},
+            # the WAM and the random agent on the same episodes (python -m wam_gym.compare eval/random eval/wam)
+            "wam_vs_random": None if paired is None else {"overall": paired["overall"], "verdict": paired["verdict"]},
             "tasks_where_wam_beats_random": sum(r["wam_beats_random"] for r in rows),
             # the WAM's predicted frames vs the frames the env rendered, and the copy-the-current-frame baseline's
             "imagination": results["wam"]["overall"].get("imagination"),
@@ -191,6 +200,17 @@ class Demo:
         print(_markdown(report))
         print(f"[demo] everything is under {self.out}")
         return report
+
+    def _wam_vs_random(self) -> dict | None:
+        """The paired comparison of the random agent (A) and the WAM (B); None for runs that do not pair
+        (a demo folder from before both ran in the same envs)."""
+        from wam_gym.compare import compare
+
+        try:
+            return compare(self.out / "eval" / "random", self.out / "eval" / "wam")
+        except ValueError as exc:
+            print(f"[demo] no paired comparison: {exc}")
+            return None
 
     def _strip(self, wam: dict, videos: list[str]) -> str | None:
         """imagination_strip.png: per task (its first rollout), the frames the env rendered over
@@ -279,12 +299,28 @@ def _markdown(report: dict) -> str:
     def pct(x):
         return "-" if x is None else f"{100 * x:.0f}%"
 
-    lines = ["# wam_gym demo report", "", "| task | WAM | scripted expert | random |", "| --- | --- | --- | --- |"]
+    def rate(x, ci):
+        return pct(x) if ci is None else f"{pct(x)} [{pct(ci[0])}, {pct(ci[1])}]"
+
+    def paired(p):
+        if p is None:
+            return "-"
+        d, (low, high) = p["difference"], p["ci"]
+        return f"{100 * d:+.0f} [{100 * low:+.0f}, {100 * high:+.0f}], p={p['mcnemar_p']:.2g}"
+
+    agents = ("wam", "expert", "random")
+    lines = ["# wam_gym demo report", "",
+             "Success rates with 95% intervals (Wilson per task; overall: the mean of the tasks, MOVER); the last "
+             "column pairs the WAM with the random agent episode by episode (points, 95% interval, exact McNemar p).",
+             "", "| task | WAM | scripted expert | random | WAM - random (paired) |", "| --- | --- | --- | --- | --- |"]
     for row in report["tasks"]:
-        lines.append(f"| {row['task']} | {pct(row['wam'])} | {pct(row['expert'])} | {pct(row['random'])} |")
-    o = report["overall"]
-    lines += [f"| **overall** | {pct(o['wam'])} | {pct(o['expert'])} | {pct(o['random'])} |", "",
-              f"The WAM beats the random agent on {report['tasks_where_wam_beats_random']} of {len(report['tasks'])} tasks.",
+        cells = " | ".join(rate(row[a], row.get("ci95", {}).get(a)) for a in agents)
+        lines.append(f"| {row['task']} | {cells} | {paired(row.get('wam_vs_random'))} |")
+    o, ci, vs = report["overall"], report.get("overall_ci95", {}), report.get("wam_vs_random") or {}
+    cells = " | ".join(rate(o[a], ci.get(a)) for a in agents)
+    lines += [f"| **overall** | {cells} | {paired(vs.get('overall'))} |", "",
+              f"The WAM beats the random agent on {report['tasks_where_wam_beats_random']} of {len(report['tasks'])} tasks"
+              + (f"; paired over all episodes: {vs['verdict']}." if vs else "."),
               "", *_imagination_markdown(report), *_vae_markdown(report), f"Stage times (s): {report['timings_s']}", "",
               "Outputs: dataset `data/`, checkpoint `train/checkpoint/`, tensorboard `train/tensorboard/` "
               "(`tensorboard --logdir " + "train/tensorboard`), rollout videos with predicted frames beside them:"]

@@ -62,6 +62,7 @@ class BatchResult:
     # that fails (bad input, NaN output) fails alone; the rest of its batch is answered.
     replies: list[tuple[int, int, Any, str | None]]
     model_seconds: float
+    denoise_steps: int | None = None  # per request: the policy's num_inference_steps, when it has one
 
 
 class ModelServer:
@@ -93,7 +94,8 @@ class ModelServer:
         start = time.perf_counter()
         groups = [[r] for r in requests] if self.batch_invariant else [list(requests)]
         replies = [reply for group in groups for reply in self._answer(group)]
-        return BatchResult(batch_id, self.worker_id, replies, time.perf_counter() - start)
+        return BatchResult(batch_id, self.worker_id, replies, time.perf_counter() - start,
+                           getattr(self.policy, "num_inference_steps", None))
 
     def _answer(self, requests: list[Request]) -> list[tuple[int, int, Any, str | None]]:
         """One model call on ``requests``. If it raises, each request runs alone, so one client's bad

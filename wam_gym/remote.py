@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.policy import Prediction, as_prediction
+from agents.policy import ModelCost, Prediction, as_prediction
 from envs.protocol import INSTRUCTION, PIXELS, batch_size, take_row
 from wam_gym import __version__
 from wam_gym.broker import noise_seed
@@ -71,11 +71,14 @@ class RemotePolicy:
         self._seq = 0
         self._keys: dict[tuple[str, ...], dict[str, str]] = {}  # per camera tuple
         self.episode_seed, self._calls, self._task, self._started = 0, 0, None, False
+        # The server's own model time, when it reports one (openpi's server_timing.infer_ms); else None.
+        self.cost = ModelCost()
 
     # ----------------------------------------------------------------- episodes
     def begin_episode(self, seed: int, task: str | None = None) -> None:
         """Connect (again) if needed: a server that stays away raises PolicyServerLost."""
         self.episode_seed, self._calls, self._task, self._started = seed, 0, task, False
+        self.cost = ModelCost()
         self._connect()
 
     def end_episode(self, success: bool) -> None:
@@ -141,6 +144,7 @@ class RemotePolicy:
         if not isinstance(answer, dict) or "actions" not in answer:
             keys = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
             raise PolicyServerError(f"the policy server at {self.settings.url} answered without 'actions' ({keys})")
+        self.cost.add(_infer_seconds(answer), None)
         actions = np.asarray(answer["actions"])
         actions = actions[None] if actions.ndim == 1 else actions
         if self.action_horizon is not None:
@@ -247,3 +251,13 @@ class RemotePolicy:
             time.sleep(min(left, WAIT_SLICE_S))
             if self.on_wait is not None:
                 self.on_wait()
+
+
+def _infer_seconds(answer: dict[str, Any]) -> float | None:
+    """The model time a server reports with an answer: openpi's ``server_timing.infer_ms`` (its
+    own servers and ``python -m wam_gym.serve`` send it); None when the server does not say."""
+    timing = answer.get("server_timing")
+    infer_ms = timing.get("infer_ms") if isinstance(timing, dict) else None
+    if isinstance(infer_ms, (int, float)) and not isinstance(infer_ms, bool) and infer_ms >= 0:
+        return float(infer_ms) / 1000.0
+    return None

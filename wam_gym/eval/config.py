@@ -52,6 +52,10 @@ class EvaluationConfig:
     seed: int = InferenceConfig.seed  # of the sampling noise, and trial k's env seed is seed + k
     # one episode
     num_trials: int = 10  # episodes per task; trial k uses seed + k
+    # stop when the answer is known (wam_gym/eval/stopping.py: anytime-valid, so stopping early costs no validity)
+    target_ci_halfwidth: float | None = None  # a task stops once its interval is this tight (e.g. 0.1); null: off
+    compare_to: str | None = None  # another run's output_dir: stop once the paired comparison with it is decided
+    stop_level: float = 0.95  # confidence of both stopping rules
     max_episode_steps: int | None = None  # null: the suite's limit
     action_horizon: int | None = None  # null: the model's
     replan_steps: int | None = None  # null: action_horizon
@@ -84,6 +88,11 @@ class EvaluationConfig:
         _at_least(self, "replan_steps", 1, "or null (action_horizon)")
         _at_least(self, "video_fps", 1)
         _at_least(self, "max_attempts", 1)
+        if self.target_ci_halfwidth is not None and not 0 < self.target_ci_halfwidth <= 0.5:
+            raise ValueError(f"EVALUATION.target_ci_halfwidth must be in (0, 0.5] (e.g. 0.1: +-10 points) or null, "
+                             f"got {self.target_ci_halfwidth!r}")
+        if not 0.5 <= self.stop_level < 1:
+            raise ValueError(f"EVALUATION.stop_level must be in [0.5, 1) (e.g. 0.95), got {self.stop_level!r}")
 
     def inference(self) -> InferenceConfig:
         """The model-call knobs, nested as the policy takes them (imagination_score=true decodes the frames)."""

@@ -34,6 +34,8 @@ from wam_gym.eval.actor import ActorSpec, actor_main
 from wam_gym.eval.config import EvalConfig
 from wam_gym.eval.errors import EvalError
 from wam_gym.eval.imagination import ImaginationSpec, imagination_spec
+from wam_gym.eval.run_protocol import RunProtocol, agent_identity, benchmark_protocol, reference_outcomes
+from wam_gym.eval.stopping import StoppingRule
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, Job, plan, resolve_tasks
 from wam_gym.policies import SERVED_AGENTS, policy_factory
 from wam_gym.remote import RemoteSettings
@@ -214,7 +216,8 @@ class EvalManager:
                 "set MULTIRUN.task_sets=[...]"
             )
         self.tasks = resolve_tasks(task_sets)
-        self.jobs = plan(self.tasks, ev.num_trials, ev.seed)
+        self.stopping = StoppingRule(ev.target_ci_halfwidth, None, ev.stop_level)
+        self.jobs = plan(self.tasks, ev.num_trials, ev.seed, by_trial=self.stopping.active or bool(ev.compare_to))
         self.output_dir = Path(ev.output_dir).expanduser()
         rundir.check_writable(self.output_dir)
         self.store = ResultStore(self.output_dir)
@@ -230,8 +233,14 @@ class EvalManager:
         elif ev.agent == "remote":
             preflight.check_remote(ev, self.tasks, self.env_kwargs)
         preflight.check_video_camera(ev.video_camera, self.tasks, self.env_kwargs)
-        self.identity = rundir.run_identity(config, self.env_kwargs, self.ckpt, self.stats)
+        self.protocol = RunProtocol(self.output_dir, benchmark_protocol(config, self.tasks, self.env_kwargs),
+                                    agent_identity(config, self.ckpt, self.stats))
+        if ev.compare_to:
+            self.protocol.reference, self.stopping.reference = reference_outcomes(
+                ev.compare_to, self.protocol.record, self.output_dir)
+        self._outcomes: dict[tuple[str, int], bool] = {}  # this run's episodes on disk: the stopping rules' input
         self.resume_mismatch: list[dict[str, Any]] = []
+        self._foreign_tasks: set[str] = set()  # tasks whose env differs from the one on record (never kept)
         self.broker_stats: dict[str, Any] = {}
         self.on_started = None  # test hook: called with (manager, actor pool, broker) once running
 
@@ -248,15 +257,17 @@ class EvalManager:
     # ----------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
         with rundir.locked(self.output_dir):  # held until the summary is written
-            self.resume_mismatch = rundir.check_resume(
-                self.output_dir, self.identity, bool(self.store.done()), self.config.EVALUATION.allow_resume_mismatch)
+            self.resume_mismatch = self.protocol.resume(bool(self.store.done()),
+                                                        self.config.EVALUATION.allow_resume_mismatch)
             return self._run()
 
     def _run(self) -> dict[str, Any]:
         keys = [job.key for job in self.jobs]
         self._remove_stale_temp_files()
-        missing = set(self.store.missing(keys))
-        todo = deque(job for job in self.jobs if job.key in missing)
+        planned = set(keys)
+        self._outcomes = {r.key: r.success for r in self.store.records() if r.key in planned}
+        self._decide()
+        todo = deque(job for job in self.jobs if job.key not in self._outcomes and self.stopping.wanted(job.key))
         logger.info("%d episodes planned, %d already done, %d to run -> %s",
                     len(keys), len(keys) - len(todo), len(todo), self.output_dir)
         start = time.monotonic()
@@ -314,6 +325,8 @@ class EvalManager:
                 self.on_started(self, actors, broker)
             while todo or actors.busy():
                 for actor_id in actors.idle():
+                    while todo and not self.stopping.wanted(todo[0].key):  # decided meanwhile: never started
+                        todo.popleft()
                     if todo:
                         actors.assign(actor_id, todo.popleft())
                 self._collect(actors, actors.poll(timeout=0.5), bar, todo)
@@ -333,15 +346,18 @@ class EvalManager:
         """Write every finished episode, queue the reruns, then raise for the first failed one (if any)."""
         errors = [payload for kind, _, payload in messages if kind == "error"]
         for kind, actor_id, payload in messages:
-            if kind == "done":
+            if kind == "env":  # an actor built a task's env: what it is goes into protocol.json
+                errors += self._observe(*payload)
+            elif kind == "done":
                 actors.release(actor_id)
-                record: EpisodeRecord = payload
-                if self.store.write(record):
+                if self._keep(payload):
                     bar.update(1)
             elif kind == "retry":  # the policy server was lost mid-episode: no failure, run it again
                 actors.release(actor_id)
                 self._rerun(*payload, todo)
         if errors:
+            if isinstance(errors[0], EvalError):
+                raise errors[0]
             job, error_type, message, trace = errors[0]
             logger.error("episode %s trial %d failed:\n%s", job.task.name, job.trial, trace)
             raise EvalError(
@@ -350,10 +366,41 @@ class EvalManager:
                 "to resume"
             )
 
+    def _observe(self, task: str, facts: dict[str, Any]) -> list[EvalError]:
+        """Record what ``task``'s env is; an env unlike the one this dir's episodes ran in stops the run,
+        and no episode of that task run in it is kept."""
+        try:
+            self.protocol.observe(task, facts)
+        except EvalError as exc:
+            self._foreign_tasks.add(task)
+            return [exc]
+        return []
+
+    def _keep(self, record: EpisodeRecord) -> bool:
+        """Write ``record`` unless it is already on disk, or ran in an env unlike this dir's (see _observe)."""
+        if record.task in self._foreign_tasks or not self.store.write(record):
+            return False
+        self._outcomes[record.key] = record.success
+        self._decide()
+        return True
+
+    def _decide(self) -> None:
+        """Let the stopping rules (EVALUATION.target_ci_halfwidth, compare_to) see every outcome so far."""
+        if self.stopping.active:
+            before = (set(self.stopping.stopped_tasks), self.stopping.decided)
+            self.stopping.update(self._outcomes, [job.key for job in self.jobs])
+            for task in set(self.stopping.stopped_tasks) - before[0]:
+                logger.info("%s: its interval is tight enough after %d episodes (EVALUATION.target_ci_halfwidth=%g); "
+                            "no new trials start", task, self.stopping.stopped_tasks[task]["episodes"],
+                            self.stopping.target_halfwidth)
+            if self.stopping.decided and not before[1]:
+                logger.info("the comparison with %s is decided: %s; no new episodes start",
+                            self.config.EVALUATION.compare_to, self.stopping.comparison["decision"])
+
     def _keep_finished(self, messages: list) -> None:
         """Episodes that finished while the run was stopping count like any other."""
         for kind, _, payload in messages:
-            if kind == "done" and self.store.write(payload):
+            if kind == "done" and self._keep(payload):
                 logger.info("kept %s trial %d, finished while stopping", payload.task, payload.trial)
 
     def _retry_lost(self, actors: ActorPool, todo: deque[Job], bar) -> None:
@@ -361,7 +408,7 @@ class EvalManager:
         lost, late = actors.reap()
         self._collect(actors, late, bar, todo)  # a record sent just before dying is kept, not rerun
         for job in lost:
-            if job is not None and job.key not in self.store.done():
+            if job is not None and job.key not in self._outcomes and self.stopping.wanted(job.key):
                 if job.attempts >= max_attempts:
                     raise EvalError(f"{job.task.name} trial {job.trial}: its actor died or stalled {job.attempts} times; "
                                     "giving up")
@@ -380,7 +427,8 @@ class EvalManager:
 
     # ----------------------------------------------------------------- report
     def _report(self, wall_time_s: float, error: str | None) -> dict[str, Any]:
-        keys = [job.key for job in self.jobs]
+        # A stopping rule's skipped episodes are not missing: the plan is what ran plus what is still wanted.
+        keys = [job.key for job in self.jobs if job.key in self._outcomes or self.stopping.wanted(job.key)]
         summary = summarize(self.store.records(), keys)
         ev = self.config.EVALUATION
         extra = {
@@ -389,12 +437,14 @@ class EvalManager:
             "error": error if error or summary["complete"] else self._incomplete(keys),
             "broker": self.broker_stats,
             "init_state_pinned_to_trial": any(t.pins_init_state for t in self.tasks),
-            "run_identity": self.identity,
+            "protocol_hash": self.protocol.hash,  # of protocol.json's protocol and observed parts
+            "protocol": self.protocol.record,  # protocol.json: what the episodes are, and the agent that ran them
             "allow_resume_mismatch": ev.allow_resume_mismatch,
             "resume_mismatch": self.resume_mismatch,  # the differences a resume was allowed to ignore
             "image_resized": self.image_resized,  # env frames resized to the model's (allow_image_resize)
             # how predicted frames were scored (null: not scored): cameras, size, the env steps between frames
             "imagination": None if self.imagination is None else dataclasses.asdict(self.imagination),
+            "stopping": self.stopping.report(),  # EVALUATION.target_ci_halfwidth / compare_to: what they decided
             "records_set_aside": self.store.set_aside,  # corrupt or misplaced record files moved aside
             "config": self.composed,
         }

@@ -31,13 +31,15 @@ TASK_SETS: dict[str, list[str]] = {
                                                                "drawer-close")],
     "metaworld_mt10": [f"wam_gym/MetaWorld-{t}-v3" for t in _MT10],
     "metaworld_mt50": [f"wam_gym/MetaWorld-{t}-v3" for t in metaworld.TASKS],
-    **{f"libero_{n.lower()}": _libero(n) for n in libero.SUITES},
+    # libero_spatial, ..., libero_90 and LIBERO-Pro's libero_pro_<base>_<perturbation> (libero_pro_spatial_swap)
+    **{f"libero_{n.lower().replace('-', '_')}": _libero(n) for n in libero.SUITES},
     "robosuite": [f"wam_gym/Robosuite-{t}-v0" for t in robosuite.TASKS],
     "maniskill": [f"wam_gym/ManiSkill-{t}-v1" for t in maniskill.TASKS],
 }
 BENCHMARK_TASK_SETS = {
     "metaworld": ["metaworld_mt10"],
     "libero": ["libero_spatial", "libero_object", "libero_goal", "libero_10"],
+    "libero_pro": [f"libero_pro_{b.lower()}_{p.lower()}" for b in libero.PRO_BASES for p in libero.PRO_PERTURBATIONS],
     "robosuite": ["robosuite"],
     "maniskill": ["maniskill"],
 }
@@ -108,7 +110,11 @@ def resolve_tasks(task_sets: Sequence[str]) -> list[Task]:
     return [parse_task(n) for n in dict.fromkeys(names)]
 
 
-def plan(tasks: Sequence[Task], num_trials: int, base_seed: int) -> list[Job]:
+def plan(tasks: Sequence[Task], num_trials: int, base_seed: int, by_trial: bool = False) -> list[Job]:
+    """Every (task, trial) job, task by task (an actor keeps one env per task it met), or with
+    ``by_trial`` trial by trial across the tasks (a run that may stop early covers every task evenly)."""
     if num_trials < 1:
         raise ValueError(f"EVALUATION.num_trials must be >= 1, got {num_trials}")
+    if by_trial:
+        return [Job(task, trial, base_seed + trial) for trial in range(num_trials) for task in tasks]
     return [Job(task, trial, base_seed + trial) for task in tasks for trial in range(num_trials)]

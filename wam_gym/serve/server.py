@@ -106,9 +106,13 @@ class Session:
         seed = obs.get("noise_seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ClientError(f"noise_seed={seed!r} must be a non-negative int")
-        start = time.perf_counter()
+        start, model_s = time.perf_counter(), self.client.cost.model_s or 0.0
         prediction = self.client.predict(stack_rows([row]), None if seed is None else [seed]).row(0)
-        answer = {"actions": prediction.actions, "server_timing": {"infer_ms": 1000 * (time.perf_counter() - start)}}
+        # infer_ms: the model's time for this request (its share of a batched call), which clients count as
+        # the cost of a call; total_ms: with the queue wait, as the client waited.
+        timing = {"infer_ms": 1000 * ((self.client.cost.model_s or 0.0) - model_s),
+                  "total_ms": 1000 * (time.perf_counter() - start)}
+        answer = {"actions": prediction.actions, "server_timing": timing}
         if prediction.video is not None:
             answer["video"] = prediction.video
         self.server.stats["openpi_requests"] += 1

@@ -1,0 +1,334 @@
+"""What a run's episodes are: ``protocol.json``, written by every evaluation.
+
+Trial ``k`` of a task is the same episode in two runs (the same env, kwargs, seed, init state,
+limits and spaces) exactly when their protocols agree; then their outcomes can be paired
+(``python -m wam_gym.compare``) and a later run may resume an earlier one. The file has three parts:
+
+- ``protocol``: the benchmark side, known before any env is built: the seed, the episode-length
+  knob, the env kwargs; per task its env id, constructor kwargs, step limit and init-state rule;
+  per suite the simulator's distribution and version, image orientation, settle steps and the
+  termination rule.
+- ``observed``: per task, what its env turned out to be when an actor first built it: the action
+  space (dtype, shape, bounds), each camera's image shape, the state's shape.
+- ``agent``: what acted: the agent kind and, for a WAM, its checkpoint's and statistics' content
+  hashes and the inference settings that change actions (a policy's import path, a server's protocol).
+
+A resumed run must match all three (``EVALUATION.allow_resume_mismatch=true`` resumes anyway and
+results.json records the differences); ``compare`` requires ``protocol`` and ``observed`` to match
+and shows how the ``agent`` parts differ. Tasks are compared where both sides have them, so adding
+tasks or trials is no mismatch. results.json carries ``protocol_hash``: a SHA-256 of the canonical
+JSON of ``protocol`` and ``observed``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import importlib.metadata
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from envs.protocol import PIXELS, STATE
+from envs.registry import suite_of
+from wam_gym.eval.errors import EvalError, ResumeMismatch
+from wam_gym.results import space_checked
+from wam_gym.utils.publish import atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_FILE = "protocol.json"
+LEGACY_IDENTITY_FILE = "run_identity.json"  # written before protocol.json: a flat dict of this module's keys
+SECTIONS = ("protocol", "observed", "agent")
+COMPARED = ("protocol", "observed")  # what two runs must share for their episodes to pair
+PER_NAME = ("suites", "tasks")  # compared per task (suite), where both records have it
+TERMINATION = ("an episode ends at its first success (terminated; success counts at any step) or after "
+               "max_episode_steps steps (truncated)")
+SEED_RULE = ("trial k resets its env with seed EVALUATION.seed + k (and, where a task pins init states, init state k); "
+             "its sampling noise derives from that seed")
+# Inference knobs that change actions (cross-KV reuse, compile, video decoding do not).
+INFERENCE_FIELDS = ("sampler", "num_inference_steps", "shift", "action_horizon", "replan_steps", "video_mode")
+_SAMPLES, _SAMPLE_BYTES = 64, 4096  # spread reads of a weights file: cheap, and any retraining changes them
+
+
+# ----------------------------------------------------------------- the parts
+def benchmark_protocol(config, tasks, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark side of a run: everything but the agent that decides what an episode is."""
+    ev = config.EVALUATION
+    suites, entries = {}, {}
+    for task in tasks:
+        suite = suite_of(task.env_id)
+        suites[suite.name] = {
+            "simulator": _versions(suite.simulator_module),
+            "image_orientation": suite.image_orientation,
+            "settle_steps": suite.settle_steps,
+            "termination": TERMINATION,
+        }
+        entries[task.name] = {
+            "env_id": task.env_id,
+            "kwargs": {**suite.env_kwargs[task.env_id], **task.kwargs, **env_kwargs},
+            "max_episode_steps": ev.max_episode_steps or suite.episode_steps(task.env_id),
+            "init_state": "init state k for trial k" if task.pins_init_state else None,
+        }
+    protocol = {
+        "EVALUATION.seed": ev.seed,
+        "seed_rule": SEED_RULE,
+        "EVALUATION.max_episode_steps": ev.max_episode_steps,
+        "env_kwargs": env_kwargs,
+        "suites": suites,
+        "tasks": entries,
+    }
+    return _as_stored(protocol)
+
+
+def agent_identity(config, ckpt: Path | None, stats: Path | None) -> dict[str, Any]:
+    """What acts, keyed by the names users type: content hashes, not paths (a moved checkpoint is the same)."""
+    ev = config.EVALUATION
+    identity: dict[str, Any] = {"EVALUATION.agent": ev.agent}
+    if ev.agent == "wam":
+        identity["ckpt"] = {"path": str(ckpt), "fingerprint": checkpoint_fingerprint(ckpt)}
+        identity["EVALUATION.dataset_stats_path"] = {
+            "path": str(stats), "fingerprint": hashlib.sha256(stats.read_bytes()).hexdigest()}
+        identity.update({f"EVALUATION.{name}": getattr(ev, name) for name in INFERENCE_FIELDS})
+    elif ev.agent == "python":
+        identity["EVALUATION.policy"] = ev.policy
+    elif ev.agent == "remote":  # not the url: a server moves, and the url never said which model it serves
+        identity.update({"EVALUATION.remote_protocol": ev.remote_protocol, "EVALUATION.remote_keys": ev.remote_keys})
+    return _as_stored(identity)
+
+
+def observed_env(env) -> dict[str, Any]:
+    """What an env built for a task is (called in the actor that built it)."""
+    action, spaces = env.action_space, env.observation_space.spaces
+    state = spaces.get(STATE)
+    return _as_stored({
+        "action_space": {"dtype": str(action.dtype), "shape": list(action.shape),
+                         "low": action.low.tolist(), "high": action.high.tolist()},
+        "cameras": {camera: list(space.shape) for camera, space in spaces[PIXELS].spaces.items()},
+        "state_shape": None if state is None else list(state.shape),
+    })
+
+
+def protocol_hash(record: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps({k: record.get(k) for k in COMPARED}, sort_keys=True).encode()).hexdigest()
+
+
+@functools.cache
+def _versions(module: str) -> dict[str, str]:
+    """The installed distributions providing ``module``, with their versions ({} when it is not installed)."""
+    names = importlib.metadata.packages_distributions().get(module, [])
+    return {name: importlib.metadata.version(name) for name in sorted(set(names))}
+
+
+def _as_stored(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))  # as it reads back from the file
+
+
+def file_fingerprint(path: Path) -> str:
+    """A content hash of a safetensors file read at a few places: its header (names, shapes,
+    dtypes) and 64 samples spread over the data. Stable under copies and moves, unlike mtimes."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with open(path, "rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        h.update(f.read(min(header_len, 1 << 20)))
+        for i in range(_SAMPLES):
+            f.seek(size * i // _SAMPLES)
+            h.update(f.read(_SAMPLE_BYTES))
+    return h.hexdigest()
+
+
+def checkpoint_fingerprint(ckpt: Path) -> str:
+    """Its wam_config.json and every weights file (LoRA adapters included)."""
+    h = hashlib.sha256((ckpt / "wam_config.json").read_bytes())
+    for path in sorted(ckpt.rglob("*.safetensors")):
+        h.update(path.relative_to(ckpt).as_posix().encode())
+        h.update(file_fingerprint(path).encode())
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------- comparing two records
+def _fields(record: dict[str, Any], sections: tuple[str, ...]) -> dict[str, Any]:
+    """A record as flat, named fields: top-level keys as they are, tasks and suites one field per name and key."""
+    flat: dict[str, Any] = {}
+    for section in sections:
+        part = record.get(section) or {}
+        if section == "observed":
+            flat.update({f"observed[{t}].{k}": v for t, facts in part.items() for k, v in facts.items()})
+            continue
+        for key, value in part.items():
+            if key in PER_NAME:  # one field per task (suite) and key
+                flat.update({f"{key}[{n}].{k}": v for n, entry in value.items() for k, v in entry.items()})
+            else:
+                flat[key] = value
+    return flat
+
+
+def _task_of(field: str) -> str | None:
+    """``"tasks[T]"``, ``"suites[S]"`` or ``"observed[T]"`` for a task's (suite's) field, else None."""
+    return field[: field.index("]") + 1] if "[" in field else None
+
+
+def differences(recorded: dict[str, Any], now: dict[str, Any], sections: tuple[str, ...] = SECTIONS) -> list[dict]:
+    """Fields that differ, in ``now``'s order; a task's (suite's) fields only where both records have it."""
+    old, new = _fields(recorded, sections), _fields(now, sections)
+    both = {_task_of(f) for f in old} & {_task_of(f) for f in new}
+    names = list(new) + [f for f in old if f not in new]
+    return [{"field": f, "recorded": old.get(f), "now": new.get(f)} for f in names
+            if _task_of(f) in both | {None} and _key(old.get(f)) != _key(new.get(f))]
+
+
+def _legacy_differences(legacy: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
+    """An older wam_gym's flat run_identity.json against this run: its keys are still field names here."""
+    fields = _fields(now, ("protocol", "agent"))
+    return [{"field": k, "recorded": v, "now": fields.get(k)} for k, v in legacy.items() if _key(v) != _key(fields.get(k))]
+
+
+def _key(value: Any) -> Any:
+    """What is compared: content fingerprints, not paths."""
+    return value["fingerprint"] if isinstance(value, dict) and "fingerprint" in value else value
+
+
+def show(value: Any) -> str:
+    if isinstance(value, dict) and "fingerprint" in value:
+        return f"{value['path']} (content {value['fingerprint'][:12]})"
+    return json.dumps(value)
+
+
+def describe(diffs: list[dict[str, Any]], was: str = "was", now: str = "now") -> str:
+    """The first difference in words, and the names of the others: one line."""
+    first = diffs[0]
+    more = f" (and {', '.join(d['field'] for d in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
+        if len(diffs) > 1 else ""
+    return f"{first['field']} {was} {show(first['recorded'])}, {now} {show(first['now'])}{more}"
+
+
+def load(run_dir: Path) -> dict[str, Any]:
+    """A run's protocol.json, or an error naming what to do."""
+    path = Path(run_dir) / PROTOCOL_FILE
+    if not path.is_file():
+        raise ValueError(f"{run_dir} has no {PROTOCOL_FILE} (not an evaluation output dir, or written by an older "
+                         "wam_gym): rerun its evaluation with EVALUATION.output_dir pointing at it to record one")
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path} is not readable JSON ({exc}): rerun the evaluation into a new output dir") from None
+    if not isinstance(record, dict) or any(not isinstance(record.get(s, {}), dict) for s in SECTIONS):
+        raise ValueError(f"{path} is not a protocol record (an object with {', '.join(SECTIONS)}): rerun the "
+                         "evaluation into a new output dir")
+    return record
+
+
+def check_comparable(a: dict[str, Any], b: dict[str, Any], a_name: str, b_name: str) -> None:
+    """Refuse to pair the episodes of two runs whose protocols differ, naming the first field."""
+    diffs = differences(a, b, COMPARED)
+    if diffs:
+        raise ValueError(f"{a_name} and {b_name} ran under different protocols, so their episodes are not the same "
+                         f"episodes: {describe(diffs, was=f'is in {a_name}', now=f'in {b_name}')}. Compare runs "
+                         "evaluated with the same suite, simulator, env settings and seed")
+
+
+def reference_outcomes(run_dir: str, record: dict[str, Any], output_dir: Path) -> tuple[dict, dict[tuple[str, int], bool]]:
+    """EVALUATION.compare_to's protocol record and episode outcomes by (task, trial), once its protocol
+    is known to be this run's (its envs' observed facts are checked as this run's actors build theirs)."""
+    from wam_gym.results import ResultStore
+
+    path = Path(run_dir).expanduser()
+    if path.resolve() == Path(output_dir).resolve():
+        raise ValueError(f"EVALUATION.compare_to={run_dir} is this run's own output_dir: name another run's")
+    try:
+        reference = load(path)
+    except ValueError as exc:
+        raise ValueError(f"EVALUATION.compare_to: {exc}") from None
+    check_comparable(reference, {"protocol": record["protocol"]}, f"EVALUATION.compare_to={run_dir}", "this run")
+    outcomes = {r.key: r.success for r in ResultStore(path, read_only=True).records()}
+    if not outcomes:
+        raise ValueError(f"EVALUATION.compare_to={run_dir} has no episode records to compare with: finish that run first")
+    return reference, outcomes
+
+
+# ----------------------------------------------------------------- one run's record
+class RunProtocol:
+    """This run's protocol.json: checked against the one on disk when resuming, kept up to date as
+    actors report what their envs are."""
+
+    def __init__(self, output_dir: Path, protocol: dict[str, Any], agent: dict[str, Any]):
+        self.path = Path(output_dir) / PROTOCOL_FILE
+        self.record: dict[str, Any] = {"protocol": protocol, "observed": {}, "agent": agent}
+        self.allow_mismatch = False
+        self.reference: dict[str, Any] | None = None  # EVALUATION.compare_to's record: its envs must be ours
+
+    @property
+    def hash(self) -> str:
+        return protocol_hash(self.record)
+
+    def resume(self, has_episodes: bool, allow: bool) -> list[dict[str, Any]]:
+        """Compare with the record on disk and adopt it (plus this run's new tasks); write it when there
+        is none. Returns the differences ``allow`` (EVALUATION.allow_resume_mismatch) lets pass."""
+        self.allow_mismatch = allow
+        recorded, legacy = self._recorded(has_episodes)
+        if recorded is None:
+            self._write()
+            return []
+        diffs = _legacy_differences(recorded, self.record) if legacy else differences(recorded, self.record)
+        if diffs and not allow:
+            raise ResumeMismatch(
+                f"EVALUATION.output_dir={self.path.parent} holds episodes run with other settings: {describe(diffs)}. "
+                "Resuming would count them as this run's: use a new EVALUATION.output_dir, or set "
+                "EVALUATION.allow_resume_mismatch=true to resume anyway (recorded in results.json)")
+        for d in diffs:
+            logger.warning("resuming despite %s: was %s, now %s (EVALUATION.allow_resume_mismatch=true)",
+                           d["field"], show(d["recorded"]), show(d["now"]))
+        if not legacy:  # the episodes on disk keep their own record; tasks new to this run join it
+            merged = copy.deepcopy(recorded)
+            for key in PER_NAME:
+                for name, entry in self.record["protocol"][key].items():
+                    merged["protocol"].setdefault(key, {}).setdefault(name, entry)
+            self.record = merged
+        self._write()
+        return diffs
+
+    def _recorded(self, has_episodes: bool) -> tuple[dict[str, Any] | None, bool]:
+        """(the record the episodes on disk ran under, whether it is an older wam_gym's flat one)."""
+        if not has_episodes:  # nothing on disk to credit to the wrong run
+            return None, False
+        if self.path.is_file():
+            try:
+                return load(self.path.parent), False
+            except ValueError as exc:
+                raise ValueError(f"{exc}; or delete {self.path} if its episodes are this run's") from None
+        legacy = self.path.with_name(LEGACY_IDENTITY_FILE)
+        if legacy.is_file():
+            return json.loads(legacy.read_text()), True
+        logger.warning("%s has episodes but no %s (an older wam_gym wrote them): taking this run's settings as theirs",
+                       self.path.parent, PROTOCOL_FILE)
+        return None, False
+
+    def observe(self, task: str, facts: dict[str, Any]) -> None:
+        """An actor built ``task``'s env and found ``facts``: recorded, or refused when the episodes
+        on disk ran in an env that was different."""
+        theirs = (self.reference or {}).get("observed", {}).get(task)
+        if theirs is not None and theirs != facts:
+            diffs = differences({"observed": {task: theirs}}, {"observed": {task: facts}}, ("observed",))
+            raise EvalError(f"the env of {task} is not the one EVALUATION.compare_to's episodes ran in: "
+                            f"{describe(diffs)}; compare with a run evaluated in the same env")
+        known = self.record["observed"].get(task)
+        if known == facts:
+            return
+        if known is not None:
+            diffs = differences({"observed": {task: known}}, {"observed": {task: facts}}, ("observed",))
+            message = (f"the env of {task} is not the one this output dir's episodes ran in: {describe(diffs)}; "
+                       "use a new EVALUATION.output_dir")
+            if not self.allow_mismatch:
+                raise EvalError(message)
+            logger.warning("%s (EVALUATION.allow_resume_mismatch=true)", message)
+            return
+        self.record["observed"][task] = facts
+        self._write()
+
+    def _write(self) -> None:
+        with space_checked(self.path):
+            atomic_write_text(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
