@@ -34,7 +34,7 @@ def test_quick_demo_produces_every_artifact(tmp_path):
     assert "| task | WAM | scripted expert | random | WAM - random (paired) |" in markdown
     # intervals on every rate, and the WAM paired with the random agent on the same episodes
     assert all(len(report["overall_ci95"][a]) == 2 for a in ("wam", "expert", "random"))
-    assert report["wam_vs_random"]["overall"]["pairs"] == len(report["tasks"]) and "paired over all episodes" in markdown
+    assert report["wam_vs_random"]["overall"]["pairs"] == len(report["tasks"]) and "paired over all 2 episodes" in markdown
     assert all(row["wam_vs_random"]["pairs"] == 1 for row in report["tasks"])
     # every stage printed progress (the piped console gets a line at most every 30 s, and the stage's time)
     for stage in ("collect", "fit_vae", "cache", "train", "eval_wam"):

@@ -320,7 +320,8 @@ def _markdown(report: dict) -> str:
     cells = " | ".join(rate(o[a], ci.get(a)) for a in agents)
     lines += [f"| **overall** | {cells} | {paired(vs.get('overall'))} |", "",
               f"The WAM beats the random agent on {report['tasks_where_wam_beats_random']} of {len(report['tasks'])} tasks"
-              + (f"; paired over all episodes: {vs['verdict']}." if vs else "."),
+              + (f"; paired over all {vs['overall']['pairs']} episodes: {paired(vs['overall'])} "
+                 f"({vs['overall']['only_a'] + vs['overall']['only_b']} pairs disagree)." if vs else "."),
               "", *_imagination_markdown(report), *_vae_markdown(report), f"Stage times (s): {report['timings_s']}", "",
               "Outputs: dataset `data/`, checkpoint `train/checkpoint/`, tensorboard `train/tensorboard/` "
               "(`tensorboard --logdir " + "train/tensorboard`), rollout videos with predicted frames beside them:"]
