@@ -4,6 +4,9 @@
       --benchmark robocasa --env-counts 4,8 --batch-sizes 2,4,8 --wait-ms 0,10 --repeats 1 \\
       --timeout-seconds 3600 --monitor-gpu-ids 2,3,5 -- \\
       task=... ckpt=... EVALUATION.num_trials=2 'MULTIRUN.task_sets=[atomic_seen]' MULTIRUN.num_gpus=3
+    # LIBERO-Pro's 16 perturbed sets (benchmark=libero_pro), or one of them, with a checkpoint:
+    python scripts/tune_eval_concurrency.py --benchmark libero_pro --env-counts 4,8 --batch-sizes 4,8 -- \
+      ckpt=... EVALUATION.num_trials=2 'MULTIRUN.task_sets=[libero_pro_spatial_swap]' MULTIRUN.num_gpus=1
 
 Each configuration (envs per worker x inference batch size x batch wait ms, repeated
 --repeats times) is one run of `python -m wam_gym.eval benchmark=<name> <overrides after -->

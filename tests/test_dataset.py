@@ -234,6 +234,37 @@ def test_stats_match_numpy(dataset_root):
     assert stats["frame_index"]["mean"] == pytest.approx([frame_index.mean()])
 
 
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+
+
+def test_quantiles_per_episode_and_pooled_as_lerobot_writes_them(dataset_root):
+    """Per episode the episode's own quantiles (exact), pooled their frame-weighted mean (LeRobot 0.4's
+    aggregation), images per channel in [0, 1]; an integer feature's min and max stay integers."""
+    root, written = dataset_root
+    episodes = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet")
+    stats = json.loads((root / "meta/stats.json").read_text())
+    counts = np.array([len(r["state"]) for r in written], dtype=np.float64)
+    for key, field in (("observation.state", "state"), ("action", "action")):
+        for name, q in QUANTILES.items():
+            per_episode = np.array(episodes.column(f"stats/{key}/{name}").to_pylist())
+            expected = np.stack([np.quantile(np.asarray(r[field], np.float64), q, axis=0) for r in written])
+            np.testing.assert_allclose(per_episode, expected, rtol=1e-12)
+            np.testing.assert_allclose(stats[key][name], counts @ expected / counts.sum(), rtol=1e-12)
+    for cam in CAMERAS:
+        key = f"observation.images.{cam}"
+        for name, q in QUANTILES.items():
+            per_episode = np.array(episodes.column(f"stats/{key}/{name}").to_pylist())
+            pixels = [np.asarray(r["frames"][cam]).reshape(-1, 3).astype(np.float64) for r in written]
+            expected = np.stack([np.quantile(p, q, axis=0) / 255 for p in pixels])
+            np.testing.assert_allclose(per_episode.reshape(len(written), 3), expected, rtol=1e-12)
+            assert np.asarray(stats[key][name]).shape == (3, 1, 1)
+    for key in ("frame_index", "episode_index", "index", "task_index"):
+        for name in ("min", "max"):
+            assert episodes.schema.field(f"stats/{key}/{name}").type == pa.list_(pa.int64())
+            assert all(isinstance(v, int) for v in stats[key][name])
+    assert stats["index"]["max"] == [int(counts.sum()) - 1]
+
+
 def test_compute_stats_recomputes_from_files(tmp_path):
     root = tmp_path / "ds"
     _write(root, (5, 7), episodes_per_file=1)

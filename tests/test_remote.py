@@ -331,5 +331,5 @@ def test_results_never_keep_the_api_key(tmp_path):
     config = eval_config(tmp_path / "out", "remote", remote_url="ws://h:1", remote_api_key="s3cret")
     composed = {"EVALUATION": {"agent": "remote", "remote_api_key": "s3cret"}}
     manager = EvalManager(config, composed)
-    assert manager.composed["EVALUATION"]["remote_api_key"] == "<redacted>" and "s3cret" not in str(manager.identity)
+    assert manager.composed["EVALUATION"]["remote_api_key"] == "<redacted>" and "s3cret" not in str(manager.protocol.record)
     assert composed["EVALUATION"]["remote_api_key"] == "s3cret"  # the caller's dict is left alone

@@ -195,6 +195,17 @@ def test_dry_run_launches_and_writes_nothing(workdir, monkeypatch, capsys):
     assert out.count("-m fake_manager benchmark=fakebench task=x EVALUATION.output_dir=") == 3
 
 
+def test_libero_pro_is_a_benchmark_the_tuner_runs():
+    """benchmark=libero_pro names the default task sets, LIBERO-Pro's 16 (the manager resolves them)."""
+    from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, resolve_tasks
+
+    sets = BENCHMARK_TASK_SETS["libero_pro"]
+    assert len(sets) == 16 and "libero_pro_spatial_swap" in sets and len(resolve_tasks(sets)) == 160
+    config = tuner.Config(4, 4, 0.0)
+    command = tuner.build_command("wam_gym.eval", "libero_pro", ["ckpt=x"], config, "out")
+    assert command[1:4] == ["-m", "wam_gym.eval", "benchmark=libero_pro"]
+
+
 def test_end_to_end_statuses_layout_and_recommendation(workdir, monkeypatch, capsys):
     plan = {"2,1,0": "fail", "2,2,0": "oom", "4,1,0": "incomplete"}  # (4,2,0) and (4,4,0) succeed
     monkeypatch.setenv("FAKE_PLAN", json.dumps(plan))

@@ -216,8 +216,10 @@ class EvalManager:
                 "set MULTIRUN.task_sets=[...]"
             )
         self.tasks = resolve_tasks(task_sets)
-        self.stopping = StoppingRule(ev.target_ci_halfwidth, None, ev.stop_level)
-        self.jobs = plan(self.tasks, ev.num_trials, ev.seed, by_trial=self.stopping.active or bool(ev.compare_to))
+        self.stopping = StoppingRule(ev.target_ci_halfwidth, None, ev.stop_level)  # compare_to's outcomes: below
+        # A run that may stop early advances every task together (trial 0 of each, then trial 1, ...).
+        self.jobs = plan(self.tasks, ev.num_trials, ev.seed, by_trial=ev.target_ci_halfwidth is not None or
+                         ev.compare_to is not None)
         self.output_dir = Path(ev.output_dir).expanduser()
         rundir.check_writable(self.output_dir)
         self.store = ResultStore(self.output_dir)

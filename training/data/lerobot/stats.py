@@ -1,8 +1,14 @@
-"""Statistics of a LeRobot v3.0 dataset (``meta/stats.json``): per feature min/max/mean/std/count,
-accumulated per episode while writing and pooled exactly, or recomputed from the files.
+"""Statistics of a LeRobot v3.0 dataset (``meta/stats.json``): per feature min/max/mean/std/count
+and the quantiles q01/q10/q50/q90/q99, accumulated per episode while writing and pooled, or
+recomputed from the files.
 
 Images statistics are per channel, in [0, 1], shaped ``(3, 1, 1)``; every other feature's are
-per dimension. Standard deviations are population ones (``ddof=0``).
+per dimension. Standard deviations are population ones (``ddof=0``). As LeRobot writes them:
+an integer feature's min and max stay integers; per episode the quantiles are the episode's own
+(exact here: ``np.quantile``'s linear interpolation for vectors, the exact order statistics of
+the 8-bit values for images; LeRobot estimates them from a histogram); pooled, mean and std are
+exact and each quantile is the frame-count-weighted mean of the episodes' (LeRobot 0.4's
+aggregation: a summary of quantiles cannot give the pooled data's exact ones).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training.data.lerobot.layout import (
     COLLECT_HINT,
     INDEX_KEYS,
+    QUANTILE_NAMES,
+    QUANTILES,
     STATS_PATH,
     DatasetError,
     video_key,
@@ -28,62 +36,74 @@ from wam_gym.utils.publish import atomic_write_text
 
 
 def vector_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    """min/max/mean/std/count per dimension of ``(T, D)`` values (computed in float64)."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[:, None]
+    """min/max/mean/std/count and the quantiles per dimension of ``(T, D)`` values (mean, std and
+    quantiles computed in float64; min and max keep an integer feature's dtype)."""
+    raw = np.asarray(values)
+    if raw.ndim == 1:
+        raw = raw[:, None]
+    x = raw.astype(np.float64)
+    exact = raw if np.issubdtype(raw.dtype, np.integer) else x
     return {
-        "min": x.min(axis=0),
-        "max": x.max(axis=0),
+        "min": exact.min(axis=0),
+        "max": exact.max(axis=0),
         "mean": x.mean(axis=0),
         "std": x.std(axis=0),
         "count": np.array([len(x)], dtype=np.int64),
+        **dict(zip(QUANTILE_NAMES, np.quantile(x, QUANTILES, axis=0))),
     }
 
 
 class ImageStats:
-    """Per-channel statistics of uint8 RGB frames, accumulated exactly (integer sums)."""
+    """Per-channel statistics of uint8 RGB frames, accumulated exactly (a histogram of the 256 values)."""
 
     def __init__(self) -> None:
         self.count = 0  # frames
-        self.pixels = 0  # values per channel
-        self.sum = np.zeros(3, dtype=np.int64)
-        self.sumsq = np.zeros(3, dtype=np.int64)
-        self.min = np.full(3, 255, dtype=np.int64)
-        self.max = np.zeros(3, dtype=np.int64)
+        self.histogram = np.zeros((3, 256), dtype=np.int64)  # per channel: how many pixels have each value
 
     def add(self, frame: np.ndarray) -> None:
-        flat = np.asarray(frame).reshape(-1, 3).astype(np.int64)
+        flat = np.asarray(frame, dtype=np.uint8).reshape(-1, 3)
         self.count += 1
-        self.pixels += len(flat)
-        self.sum += flat.sum(axis=0)
-        self.sumsq += (flat * flat).sum(axis=0)
-        self.min = np.minimum(self.min, flat.min(axis=0))
-        self.max = np.maximum(self.max, flat.max(axis=0))
+        for channel in range(3):
+            self.histogram[channel] += np.bincount(flat[:, channel], minlength=256)
 
     def result(self) -> dict[str, np.ndarray]:
         """LeRobot's image statistics: values in [0, 1], each of shape (3, 1, 1)."""
         if not self.count:
             raise ValueError("no frames")
-        mean = self.sum / self.pixels
-        var = np.maximum(self.sumsq / self.pixels - mean * mean, 0.0)
+        values = np.arange(256, dtype=np.float64)
+        pixels = self.histogram.sum(axis=1)
+        mean = self.histogram @ values / pixels
+        var = np.maximum(self.histogram @ (values * values) / pixels - mean * mean, 0.0)
+        seen = self.histogram > 0
 
         def shaped(v: np.ndarray) -> np.ndarray:
             return (np.asarray(v, dtype=np.float64) / 255.0).reshape(3, 1, 1)
 
         return {
-            "min": shaped(self.min),
-            "max": shaped(self.max),
+            "min": shaped(seen.argmax(axis=1)),
+            "max": shaped(255 - seen[:, ::-1].argmax(axis=1)),
             "mean": shaped(mean),
             "std": shaped(np.sqrt(var)),
             "count": np.array([self.count], dtype=np.int64),
+            **{name: shaped([_histogram_quantile(h, q) for h in self.histogram])
+               for name, q in zip(QUANTILE_NAMES, QUANTILES)},
         }
+
+
+def _histogram_quantile(histogram: np.ndarray, q: float) -> float:
+    """``np.quantile(values, q)`` (linear interpolation) of the integer values a histogram counts."""
+    cumulative = np.cumsum(histogram)
+    position = q * (cumulative[-1] - 1)  # of the wanted value among the sorted ones, counted from 0
+    below, above = int(np.floor(position)), int(np.ceil(position))
+    low, high = (int(np.searchsorted(cumulative, rank, side="right")) for rank in (below, above))
+    return low + (position - below) * (high - low)
 
 
 def pool_stats(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Combine per-episode statistics into the statistics of all their frames.
 
-    Exact for mean and (population) std: ``var = sum_i n_i (var_i + (mean_i - mean)^2) / N``.
+    Exact for mean and (population) std: ``var = sum_i n_i (var_i + (mean_i - mean)^2) / N``; each
+    quantile is the count-weighted mean of the episodes' (as LeRobot aggregates them).
     """
     if not parts:
         raise ValueError("no statistics to pool")
@@ -91,16 +111,20 @@ def pool_stats(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarra
     total = counts.sum()
     shape = (-1,) + (1,) * np.asarray(parts[0]["mean"]).ndim
     w = (counts / total).reshape(shape)
-    means = np.stack([np.asarray(p["mean"], dtype=np.float64) for p in parts])
-    stds = np.stack([np.asarray(p["std"], dtype=np.float64) for p in parts])
+
+    def stacked(name: str) -> np.ndarray:
+        return np.stack([np.asarray(p[name]) for p in parts])
+
+    means, stds = stacked("mean").astype(np.float64), stacked("std").astype(np.float64)
     mean = (w * means).sum(axis=0)
     var = (w * (stds**2 + (means - mean) ** 2)).sum(axis=0)
     return {
-        "min": np.min(np.stack([np.asarray(p["min"], dtype=np.float64) for p in parts]), axis=0),
-        "max": np.max(np.stack([np.asarray(p["max"], dtype=np.float64) for p in parts]), axis=0),
+        "min": stacked("min").min(axis=0),
+        "max": stacked("max").max(axis=0),
         "mean": mean,
         "std": np.sqrt(np.maximum(var, 0.0)),
         "count": np.array([int(total)], dtype=np.int64),
+        **{name: (w * stacked(name).astype(np.float64)).sum(axis=0) for name in QUANTILE_NAMES if name in parts[0]},
     }
 
 
