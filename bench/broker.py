@@ -38,11 +38,12 @@ TASKS = ["wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"]
 def make_checkpoint(directory: Path) -> str:
     """The tiny preset with random weights, and identity statistics (eval refuses a checkpoint without)."""
     from agents.wam import Normalizer, build_model, preset, save_pretrained
+    from agents.wam.normalization import unit_stats
 
     model = build_model(preset("tiny"))
     save_pretrained(model, directory / "tiny")
-    state, action = np.ones(model.config.state_dim), np.ones(model.config.action_dim)
-    Normalizer(0 * state, state, -action, action).save(directory / "tiny" / "dataset_stats.json")
+    stats = unit_stats(model.config.state_dim, model.config.action_dim)
+    Normalizer.from_stats(stats).save(directory / "tiny" / "dataset_stats.json")
     return str(directory / "tiny")
 
 

@@ -39,15 +39,14 @@ def tiny_ckpt(tmp_path_factory):
     """A tiny WAM checkpoint with random weights (a few MB; fast on a CPU), and identity
     statistics (state mean 0 / std 1, actions in [-1, 1]) as its dataset_stats.json: evaluation
     refuses a checkpoint without statistics."""
-    import numpy as np
 
     from agents.wam import Normalizer, build_model, preset, save_pretrained
+    from agents.wam.normalization import unit_stats
 
     path = tmp_path_factory.mktemp("ckpt") / "tiny"
     model = build_model(preset("tiny"))
     save_pretrained(model, path)
-    state, action = np.ones(model.config.state_dim), np.ones(model.config.action_dim)
-    Normalizer(0 * state, state, -action, action).save(path / "dataset_stats.json")
+    Normalizer.from_stats(unit_stats(model.config.state_dim, model.config.action_dim)).save(path / "dataset_stats.json")
     return path
 
 

@@ -305,9 +305,9 @@ def served_frame(frame: dict, keys: dict | None = None) -> Callable[[Ctx], objec
 
 def identity_stats(path: Path, state_dim: int = 4, action_dim: int = 4) -> None:
     from agents.wam import Normalizer
+    from agents.wam.normalization import unit_stats
 
-    state, action = np.ones(state_dim), np.ones(action_dim)
-    Normalizer(0 * state, state, -action, action).save(path)
+    Normalizer.from_stats(unit_stats(state_dim, action_dim)).save(path)
 
 
 def eval_wam(prepare: Callable[[Path, Ctx], object] | None = None, **changes) -> Callable[[Ctx], object]:

@@ -468,6 +468,39 @@ def test_clip_shapes_clamping_and_padding(dataset_root, normalizer_cls):
     assert batch["video"].shape == (3, 3, 3, 32, 96) and len(batch["instruction"]) == 3
 
 
+@pytest.mark.parametrize("mode", ["mean_std", "min_max", "quantiles"])
+def test_normalization_modes_map_their_statistics_onto_the_model_range(dataset_root, normalizer_cls, mode):
+    """dataset.normalization: mean_std standardises, min_max maps [min, max] and quantiles [q01, q99] onto [-1, 1];
+    un-normalising inverts it; ClipDataset normalises with the mode it is given."""
+    root, written = dataset_root
+    stats = json.loads((root / "meta/stats.json").read_text())
+    norm = normalizer_cls.from_stats_file(root / "meta/stats.json", mode)
+    for key, scale in (("observation.state", norm.normalize_state), ("action", norm.normalize_actions)):
+        s = {k: np.asarray(v, np.float64) for k, v in stats[key].items()}
+        low, high = {"mean_std": (s["mean"] - s["std"], s["mean"] + s["std"]), "min_max": (s["min"], s["max"]),
+                     "quantiles": (s["q01"], s["q99"])}[mode]
+        np.testing.assert_allclose(scale(np.stack([low, high])), [[-1.0] * low.size, [1.0] * low.size], atol=1e-5)
+    actions = np.concatenate([r["action"] for r in written])
+    np.testing.assert_allclose(norm.unnormalize_actions(norm.normalize_actions(actions)), actions, atol=1e-5)
+    clips = ClipDataset(LeRobotDataset(root), cameras=["corner"], image_size=(32, 48), action_horizon=3,
+                        num_future_frames=0, normalization=mode)
+    table = LeRobotDataset(root).episode_table(0)
+    np.testing.assert_array_equal(clips[0]["state"].numpy(), norm.normalize_state(table["state"][0]))
+
+
+def test_quantile_normalization_of_a_dataset_without_quantiles_names_the_fix(tmp_path, normalizer_cls):
+    path = tmp_path / "stats.json"
+    path.write_text(json.dumps({"observation.state": {"mean": [0.0], "std": [1.0]}, "action": {"min": [0.0], "max": [1.0]}}))
+    with pytest.raises(ValueError, match=r"lacks observation.state \['q01', 'q99'\], which dataset.normalization=quantiles "
+                                         r"needs \(recompute them: python -m training.collect --stats-only DIR\)"):
+        normalizer_cls.from_stats_file(path, "quantiles")
+    from training.config import DatasetConfig
+
+    with pytest.raises(ValueError, match=r"dataset.normalization='quantile': choose one of \['mean_std', 'min_max', "
+                                         r"'quantiles'\], or null"):
+        DatasetConfig(normalization="quantile")
+
+
 def test_clip_normalisation_matches_normalizer(dataset_root, normalizer_cls):
     root, written = dataset_root
     ds = LeRobotDataset(root)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -310,3 +311,30 @@ def test_the_final_checkpoint_appears_with_its_stats_or_not_at_all(tmp_path, sta
     else:
         assert json.loads((final / "dataset_stats.json").read_text()) == STATS
         assert (final / "wam_config.json").is_file()
+
+
+def test_final_checkpoint_records_the_normalization_and_evaluation_uses_it(tmp_path, tiny_model):
+    """dataset.normalization=quantiles: the checkpoint's dataset_stats.json is the dataset's statistics plus
+    the mode, and the policy loaded from it un-normalises with q01/q99 (not min/max)."""
+    from agents.wam.normalization import MODE_KEY
+    from agents.wam.policy import STATS_FILE, WAMPolicy
+
+    s, a = tiny_model.config.state_dim, tiny_model.config.action_dim
+    stats = {"observation.state": {"mean": [0.0] * s, "std": [1.0] * s, "q01": [-2.0] * s, "q99": [2.0] * s},
+             "action": {"min": [-9.0] * a, "max": [9.0] * a, "q01": [-1.0] * a, "q99": [3.0] * a}}
+    source = tmp_path / "stats.json"
+    source.write_text(json.dumps(stats))
+    final = loop.save_final(tiny_model, tmp_path / "run" / "checkpoint", source, "quantiles")
+    recorded = json.loads((final / STATS_FILE).read_text())
+    assert recorded[MODE_KEY] == "quantiles" and recorded["action"]["q99"] == [3.0] * a
+    assert [p.name for p in final.parent.iterdir()] == ["checkpoint"]  # no temp dir left
+    policy = WAMPolicy.from_checkpoint(final)
+    assert policy.normalizer.mode == "quantiles"
+    ends = np.array([[-1.0] * a, [0.0] * a, [1.0] * a])
+    np.testing.assert_allclose(policy.normalizer.unnormalize_actions(ends), [[-1.0] * a, [1.0] * a, [3.0] * a])  # -> q01..q99
+    # The dataset's raw stats.json given instead (EVALUATION.dataset_stats_path): still the checkpoint's mode.
+    policy = WAMPolicy.from_checkpoint(final, dataset_stats_path=str(source))
+    assert policy.normalizer.mode == "quantiles"
+    # Without a mode the file stays the dataset's own, byte for byte.
+    plain = loop.save_final(tiny_model, tmp_path / "plain" / "checkpoint", source)
+    assert (plain / STATS_FILE).read_bytes() == source.read_bytes()

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from agents.wam.checkpoint import build_model, fit_to_vae, load_pretrained, save
 from agents.wam.compile import compile_module, compiled_config
 from agents.wam.inference_config import InferenceConfig
 from agents.wam.lora import add_lora
+from agents.wam.normalization import Normalizer
 from agents.wam.policy import STATS_FILE, WAMPolicy
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training import run_dir
@@ -108,7 +110,8 @@ def build(cfg: TrainConfig, device: torch.device, dataset: LeRobotDataset | None
     mc = model.config
     stride = cfg.dataset.frame_stride or mc.default_frame_stride
     clips = ClipDataset(dataset, cameras=list(mc.cameras), image_size=tuple(mc.image_size), action_horizon=mc.action_horizon,
-                        num_future_frames=mc.num_future_frames, frame_stride=stride, load_video=not cfg.infra.latent_cache)
+                        num_future_frames=mc.num_future_frames, frame_stride=stride, load_video=not cfg.infra.latent_cache,
+                        normalization=cfg.dataset.normalization)
     return model.to(device), dataset, clips
 
 
@@ -205,7 +208,7 @@ def train(cfg: TrainConfig) -> Path:
     if engine.is_main_process:
         batch = batch if batch is not None else next(iter(loader))  # a resumed, already finished run
         _log_prediction(writer, model, clips, batch, text_features, engine.global_step, device)
-        save_final(engine.module, final, dataset.stats_path)
+        save_final(engine.module, final, dataset.stats_path, cfg.dataset.normalization)
         if writer:
             writer.close()
         logger.info("final checkpoint: %s (text features computed online: %d)", final, text_features.online)
@@ -222,11 +225,18 @@ def _prepare_output_dir(cfg: TrainConfig, out: Path, record: dict, *, resuming: 
         run_dir.write_run_config(out, record, resuming=resuming, mismatched=mismatched)
 
 
-def save_final(module, final: Path, stats_path: Path) -> Path:
-    """The WAM eval loads, with the dataset's stats inside: both are published in one rename, so a
-    kill never leaves a checkpoint whose actions eval would not un-normalise."""
+def save_final(module, final: Path, stats_path: Path, normalization: str | None = None) -> Path:
+    """The WAM eval loads, with the dataset's stats inside (and the ``dataset.normalization`` they were
+    used with): both are published in one rename, so a kill never leaves a checkpoint whose actions
+    eval would not un-normalise."""
     with run_dir.disk_full_reported(final, final.parent):
-        return save_pretrained(module, final, extra_files={STATS_FILE: stats_path})
+        if normalization is None:
+            return save_pretrained(module, final, extra_files={STATS_FILE: stats_path})
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=final.parent) as tmp:
+            recorded = Path(tmp) / STATS_FILE  # the dataset's statistics, with the mode recorded in them
+            Normalizer.from_stats_file(stats_path, normalization).save(recorded)
+            return save_pretrained(module, final, extra_files={STATS_FILE: recorded})
 
 
 def _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, micro_step: int) -> dict[str, float]:

@@ -1,32 +1,83 @@
 """Normalisation of proprio state and actions from a dataset's statistics file.
 
-The file is LeRobot's ``meta/stats.json``: ``{"observation.state": {"mean", "std", "min",
-"max", ...}, "action": {...}}``. State is standardised (mean/std); actions are mapped from
-[min, max] to [-1, 1], the range the flow model is trained on.
+The file is LeRobot's ``meta/stats.json``: ``{"observation.state": {"mean", "std", "min", "max",
+"q01", ..., "q99", ...}, "action": {...}}``. ``dataset.normalization`` picks how both are mapped
+into the model's range, ``x' = (x - centre) / scale``:
+
+- ``null`` (the default): state standardised (mean/std), actions mapped from [min, max] to [-1, 1];
+- ``mean_std``: both standardised;
+- ``min_max``: both mapped from [min, max] to [-1, 1];
+- ``quantiles``: both mapped from [q01, q99] to [-1, 1] (LeRobot's QUANTILES, pi0.5's default):
+  robust to the rare outliers that stretch min/max, and values beyond them stay beyond +-1.
+
+A checkpoint's ``dataset_stats.json`` is the training dataset's statistics with the mode added
+(``"normalization"``), so evaluation un-normalises the way training normalised.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 
 _EPS = 1e-6
+MODES = ("mean_std", "min_max", "quantiles")
+MODE_KEY = "normalization"  # where a checkpoint's stats file records its mode
+_DEFAULT = {LEROBOT_STATE: "mean_std", LEROBOT_ACTION: "min_max"}  # normalization=null
+_NEEDS = {"mean_std": ("mean", "std"), "min_max": ("min", "max"), "quantiles": ("q01", "q99")}
+
+
+def check_mode(mode: str | None) -> str | None:
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"dataset.normalization={mode!r}: choose one of {list(MODES)}, or null (state mean_std, "
+                         "actions min_max)")
+    return mode
+
+
+def _affine(stats: Mapping[str, Any], mode: str, feature: str, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """(centre, scale) of one feature under ``mode``."""
+    missing = [name for name in _NEEDS[mode] if name not in stats]
+    if missing:
+        hint = " (recompute them: python -m training.collect --stats-only DIR)" if mode == "quantiles" else ""
+        raise ValueError(f"{source} lacks {feature} {missing}, which dataset.normalization={mode} needs{hint}")
+    low, high = (np.asarray(stats[name], dtype=np.float64) for name in _NEEDS[mode])
+    if mode == "mean_std":
+        return low, np.maximum(high, _EPS)
+    return (high + low) / 2, np.maximum((high - low) / 2, _EPS / 2)
 
 
 @dataclass
 class Normalizer:
-    state_mean: np.ndarray | None = None
-    state_std: np.ndarray | None = None
-    action_min: np.ndarray | None = None
-    action_max: np.ndarray | None = None
+    """State and actions into the model's range and back: ``x' = (x - centre) / scale`` per dimension."""
+
+    state_centre: np.ndarray | None = None
+    state_scale: np.ndarray | None = None
+    action_centre: np.ndarray | None = None
+    action_scale: np.ndarray | None = None
+    mode: str | None = None  # dataset.normalization it was built with
+    stats: dict[str, Any] = field(default_factory=dict)  # the statistics file it came from (saved with it)
 
     @classmethod
-    def from_stats_file(cls, path: str | Path) -> Normalizer:
+    def from_stats(cls, stats: Mapping[str, Any], mode: str | None = None, source: str = "the statistics") -> Normalizer:
+        missing = [k for k in (LEROBOT_STATE, LEROBOT_ACTION) if k not in stats]
+        if missing:
+            raise ValueError(f"{source} lacks statistics for {missing} (has {sorted(stats)})")
+        check_mode(mode)
+        state = _affine(stats[LEROBOT_STATE], mode or _DEFAULT[LEROBOT_STATE], LEROBOT_STATE, source)
+        action = _affine(stats[LEROBOT_ACTION], mode or _DEFAULT[LEROBOT_ACTION], LEROBOT_ACTION, source)
+        kept = {k: v for k, v in stats.items() if k != MODE_KEY}
+        return cls(*state, *action, mode=mode, stats=json.loads(json.dumps(kept, default=_listed)))
+
+    @classmethod
+    def from_stats_file(cls, path: str | Path, mode: str | None = None) -> Normalizer:
+        """A dataset's ``meta/stats.json`` normalised with ``mode``, or a checkpoint's ``dataset_stats.json``
+        with the mode it records (which wins: it is how the model was trained)."""
         path = Path(path).expanduser()
         if not path.is_file():
             raise FileNotFoundError(
@@ -34,50 +85,63 @@ class Normalizer:
                 "dataset's meta/stats.json (training.collect writes it)"
             )
         stats = json.loads(path.read_text())
-        missing = [k for k in (LEROBOT_STATE, LEROBOT_ACTION) if k not in stats]
-        if missing:
-            raise ValueError(f"{path} lacks statistics for {missing} (has {sorted(stats)})")
+        if not isinstance(stats, dict):
+            raise ValueError(f"{path} is not a statistics file (a JSON object of features)")
+        return cls.from_stats(stats, stats.get(MODE_KEY, mode), source=str(path))
 
-        def field(key: str, name: str) -> np.ndarray:
-            return np.asarray(stats[key][name], dtype=np.float32)
-
-        return cls(
-            field(LEROBOT_STATE, "mean"), field(LEROBOT_STATE, "std"), field(LEROBOT_ACTION, "min"), field(LEROBOT_ACTION, "max")
-        )
+    @staticmethod
+    def recorded_mode(path: str | Path) -> str | None:
+        """The mode a checkpoint's ``dataset_stats.json`` records (None: the default, or no file)."""
+        path = Path(path)
+        return json.loads(path.read_text()).get(MODE_KEY) if path.is_file() else None
 
     def to_json(self) -> dict:
-        def pack(**arrays):
-            return {k: v.tolist() for k, v in arrays.items()}
-
-        return {
-            LEROBOT_STATE: pack(mean=self.state_mean, std=self.state_std),
-            LEROBOT_ACTION: pack(min=self.action_min, max=self.action_max),
-        }
+        """The statistics it came from, with its mode: what a checkpoint keeps as ``dataset_stats.json``."""
+        return {**self.stats, **({MODE_KEY: self.mode} if self.mode is not None else {})}
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=2))
 
     @property
     def identity(self) -> bool:
-        return self.state_mean is None
+        return self.state_centre is None
+
+    @property
+    def state_dim(self) -> int:
+        return int(self.state_centre.size)
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.action_centre.size)
 
     def normalize_state(self, state: np.ndarray) -> np.ndarray:
         if self.identity:
             return state.astype(np.float32)
-        return ((state - self.state_mean) / np.maximum(self.state_std, _EPS)).astype(np.float32)
+        return ((state - self.state_centre) / self.state_scale).astype(np.float32)
 
     def unnormalize_state(self, state: np.ndarray) -> np.ndarray:
         if self.identity:
             return state.astype(np.float32)
-        return (state * np.maximum(self.state_std, _EPS) + self.state_mean).astype(np.float32)
+        return (state * self.state_scale + self.state_centre).astype(np.float32)
 
     def normalize_actions(self, actions: np.ndarray) -> np.ndarray:
         if self.identity:
             return actions.astype(np.float32)
-        span = np.maximum(self.action_max - self.action_min, _EPS)
-        return (2 * (actions - self.action_min) / span - 1).astype(np.float32)
+        return ((actions - self.action_centre) / self.action_scale).astype(np.float32)
 
     def unnormalize_actions(self, actions: np.ndarray) -> np.ndarray:
         if self.identity:
             return actions.astype(np.float32)
-        return ((actions + 1) / 2 * (self.action_max - self.action_min) + self.action_min).astype(np.float32)
+        return (actions * self.action_scale + self.action_centre).astype(np.float32)
+
+
+def unit_stats(state_dim: int, action_dim: int) -> dict[str, dict[str, list[float]]]:
+    """Statistics under which the default normalisation changes nothing (state mean 0 and std 1,
+    actions in [-1, 1]): a random-weight checkpoint's, in tests and benches."""
+    state, action = [0.0] * state_dim, [1.0] * action_dim
+    return {LEROBOT_STATE: {"mean": state, "std": [1.0] * state_dim}, LEROBOT_ACTION: {"min": [-1.0] * action_dim,
+                                                                                        "max": action}}
+
+
+def _listed(value: Any) -> Any:
+    return np.asarray(value).tolist()

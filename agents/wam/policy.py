@@ -64,7 +64,9 @@ class WAMPolicy:
 
         model = load_pretrained(path, **model_overrides).to(device)
         stats = dataset_stats_path or (Path(path) / STATS_FILE)
-        normalizer = Normalizer.from_stats_file(stats) if dataset_stats_path or Path(stats).is_file() else None
+        # The mode training recorded in the checkpoint's stats file, whichever statistics are given.
+        mode = Normalizer.recorded_mode(Path(path) / STATS_FILE)
+        normalizer = Normalizer.from_stats_file(stats, mode) if dataset_stats_path or Path(stats).is_file() else None
         if normalizer is None:
             logger.warning("%s has no %s and no dataset_stats_path was given: actions are not unnormalised", path, STATS_FILE)
         return cls(model, config, normalizer, prompt_cache_size)

@@ -318,14 +318,13 @@ REMOTE_STEPS, REMOTE_TRIALS = 10, 2
 # (evaluation and serving refuse a checkpoint without them). Run by the main venv's python.
 _MAKE_LIBERO_CKPT = """
 import sys
-import numpy as np
 from agents.wam import Normalizer, build_model, preset, save_pretrained
+from agents.wam.normalization import unit_stats
 path, size = sys.argv[1], int(sys.argv[2])
 model = build_model(preset("tiny", cameras=("agentview", "robot0_eye_in_hand"), image_size=(size, size),
                            state_dim=8, action_dim=7))
 save_pretrained(model, path)
-state, action = np.ones(8), np.ones(7)
-Normalizer(0 * state, state, -action, action).save(f"{path}/dataset_stats.json")
+Normalizer.from_stats(unit_stats(8, 7)).save(f"{path}/dataset_stats.json")
 print("horizon", model.config.action_horizon)
 """
 

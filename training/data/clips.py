@@ -44,6 +44,7 @@ class ClipDataset(Dataset):
         num_future_frames: int = 4,
         frame_stride: int = 1,
         stats_normalize: bool = True,
+        normalization: str | None = None,
         episodes: Sequence[int] | None = None,
         load_video: bool = True,
     ):
@@ -78,7 +79,7 @@ class ClipDataset(Dataset):
         if self.stats_normalize:
             from agents.wam.normalization import Normalizer
 
-            self.normalizer = Normalizer.from_stats_file(ds.stats_path)
+            self.normalizer = Normalizer.from_stats_file(ds.stats_path, normalization)
         else:
             self.normalizer = None
 

@@ -114,12 +114,11 @@ def dataset_stats(ckpt: Path, stats_path: str | None, model) -> Path:
     else:
         path = Path(stats_path).expanduser().resolve()
     try:
-        normalizer = Normalizer.from_stats_file(path)
+        normalizer = Normalizer.from_stats_file(path, Normalizer.recorded_mode(ckpt / STATS_FILE))
     except (ValueError, KeyError, TypeError) as exc:  # unreadable JSON, or a file of another kind
         raise ValueError(f"dataset stats {path} cannot be read ({exc}); point EVALUATION.dataset_stats_path at "
                          "the training dataset's meta/stats.json") from None
-    sizes = {"action": (normalizer.action_min.size, model.action_dim),
-             "state": (normalizer.state_mean.size, model.state_dim)}
+    sizes = {"action": (normalizer.action_dim, model.action_dim), "state": (normalizer.state_dim, model.state_dim)}
     for name, (stats, expected) in sizes.items():
         if stats != expected:
             raise ValueError(f"dataset stats {path} describe a {stats}-d {name}, the checkpoint's model a "
