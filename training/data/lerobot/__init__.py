@@ -3,7 +3,7 @@
 Layout (``codebase_version`` ``"v3.0"``)::
 
     ROOT/meta/info.json                                   schema, fps, totals, path templates
-    ROOT/meta/stats.json                                  per-feature min/max/mean/std/count
+    ROOT/meta/stats.json                                  per-feature min/max/mean/std/count, q01..q99
     ROOT/meta/tasks.parquet                               task string -> task_index
     ROOT/meta/episodes/chunk-000/file-000.parquet         one row per episode: length, tasks,
                                                           where its rows and video spans are
@@ -33,6 +33,7 @@ from training.data.lerobot.layout import (
     EPISODES_PATH,
     INDEX_KEYS,
     INFO_PATH,
+    QUANTILE_NAMES,
     STAT_NAMES,
     STATS_PATH,
     TASKS_PATH,
@@ -52,6 +53,7 @@ __all__ = [
     "EPISODES_PATH",
     "INDEX_KEYS",
     "INFO_PATH",
+    "QUANTILE_NAMES",
     "STATS_PATH",
     "STAT_NAMES",
     "TASKS_PATH",

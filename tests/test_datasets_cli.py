@@ -1,0 +1,109 @@
+"""python -m training.datasets check|info: every validation on a sound dataset, and one clear error line
+(the file or feature, and the fix) for each kind of damage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from training.data import DatasetError, DatasetWriter
+from training.datasets import check, info
+from wam_gym.utils.video import read_mp4, write_mp4
+
+CAMERAS = ("corner", "wrist")
+
+
+@pytest.fixture(scope="module")
+def sound(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("datasets") / "ds"
+    rng = np.random.default_rng(0)
+    with DatasetWriter(root, 20, CAMERAS, episodes_per_file=2) as writer:  # 3 episodes: two data files
+        for ep, length in enumerate((6, 8, 5)):
+            for t in range(length):
+                pixels = {c: np.full((16, 24, 3), 10 * t + 40 * ep + 100 * (c == "wrist"), np.uint8) for c in CAMERAS}
+                writer.add_frame(pixels, rng.normal(size=4), rng.uniform(-1, 1, size=3), ("reach", "push")[ep % 2])
+            writer.save_episode()
+    return root
+
+
+@pytest.fixture
+def damaged(sound, tmp_path) -> Path:
+    return Path(shutil.copytree(sound, tmp_path / "ds"))
+
+
+def test_check_passes_a_sound_dataset_and_says_what_it_checked(sound):
+    lines = check(sound)
+    assert lines[0].startswith("opened: 3 episodes, 19 frames at 20 fps")
+    assert lines[1] == "columns: 7 features in 2 data file(s) match info.json's shapes and dtypes"
+    assert lines[2] == "stats: 9 features, 10 statistics each, present and finite"
+    assert lines[3:] == [f"video {c}: 19 frames in 2 file(s) decode, every episode's span included" for c in CAMERAS]
+
+
+def test_info_prints_the_dataset_in_a_table(sound):
+    lines = info(sound)
+    assert lines[1] == "episodes 3, frames 19 (per episode 5-8, mean 6.3), fps 20"
+    assert lines[2] == "cameras corner 16x24x3, wrist 16x24x3" and lines[3] == "tasks 2: reach; push"
+    assert lines[5].split() == ["feature", "mean", "std", "min", "max", "q01", "q99"]
+    assert [line.split()[0] for line in lines[6:]] == [f"observation.state[{i}]" for i in range(4)] + [
+        f"action[{i}]" for i in range(3)]
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def test_non_finite_statistics_name_the_feature_and_the_fix(damaged):
+    _edit_json(damaged / "meta/stats.json", lambda s: s["action"].update(std=[1.0, float("nan"), 1.0]))
+    with pytest.raises(DatasetError, match=r"meta/stats.json action std is not finite .*--stats-only"):
+        check(damaged)
+
+
+def test_statistics_without_quantiles_name_the_fix(damaged):
+    _edit_json(damaged / "meta/stats.json", lambda s: s["observation.state"].pop("q99"))
+    with pytest.raises(DatasetError, match=r"lacks observation.state q99 \(written by an older tool\); recompute them "
+                                           r"with: python -m training.collect --stats-only"):
+        check(damaged)
+
+
+def test_a_column_of_another_dtype_names_the_file_and_the_column(damaged):
+    _edit_json(damaged / "meta/info.json", lambda i: i["features"]["frame_index"].update(dtype="float32"))
+    with pytest.raises(DatasetError, match=r"data/chunk-000/file-000.parquet: column 'frame_index' is int64, info.json "
+                                           r"says float32"):
+        check(damaged)
+
+
+def test_a_video_that_decodes_short_names_the_file(damaged, monkeypatch):
+    """The header can still claim every frame (a broken tail): check decodes them all and counts."""
+    import training.datasets as datasets
+
+    path = damaged / "videos/observation.images.wrist/chunk-000/file-001.mp4"
+    frames = read_mp4(path)
+    write_mp4(path, frames[:2], fps=20)
+    real = datasets.LeRobotDataset
+
+    def lenient(root, **kwargs):  # opening checks the header; here the header lies, so skip that check
+        monkeypatch.setattr(real, "_check_video_headers", lambda self, fps, fix: None)
+        return real(root, **kwargs)
+
+    monkeypatch.setattr(datasets, "LeRobotDataset", lenient)
+    with pytest.raises(DatasetError, match=r"file-001.mp4: 2 frames decode, episode 2 needs frames up to 4"):
+        check(damaged)
+
+
+def test_cli_exit_codes_and_one_error_line(sound, damaged):
+    ok = subprocess.run([sys.executable, "-m", "training.datasets", "check", str(sound)], capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("is a sound LeRobot v3.0 dataset")
+    (damaged / "meta/info.json").unlink()
+    bad = subprocess.run([sys.executable, "-m", "training.datasets", "check", str(damaged)], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+    assert "meta/info.json is missing" in bad.stderr

@@ -1,0 +1,158 @@
+"""``python -m training.datasets check|info DIR``: is a LeRobot v3.0 dataset sound, and what is in it?
+
+    python -m training.datasets info outputs/demo/data     # episodes, frames, fps, cameras, tasks, stats
+    python -m training.datasets check outputs/demo/data    # every validation below; exit 1 on the first failure
+
+``check`` opens the dataset as training does (info.json's schema and totals, episode metadata,
+every data and video file present, fps agreeing with the timestamps, the video spans and each
+mp4's header), then goes further: each feature's shape and dtype in the data files against
+info.json, statistics present and finite for every feature (with the quantiles LeRobot's
+QUANTILES normalization needs), and every video frame decoded, file by file, and counted against
+the episodes that span it. A failure is one line naming the episode or file and the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
+from training.data.lerobot import INDEX_KEYS, QUANTILE_NAMES, STAT_NAMES, DatasetError, LeRobotDataset, video_key
+from training.data.lerobot.video import frames_in_order
+
+# info.json dtype names -> the numpy kinds a data column of that dtype may hold
+_KINDS = {"float32": "f", "float64": "f", "int64": "iu", "int32": "iu", "bool": "b"}
+
+
+def check(root: str | Path) -> list[str]:
+    """Run every validation; returns the report's lines, raises DatasetError on the first failure."""
+    ds = LeRobotDataset(root, cache_episodes=0, require_stats=True)
+    lines = [f"opened: {ds.num_episodes} episodes, {ds.num_frames} frames at {ds.fps:g} fps; metadata, files, "
+             "timestamps, video spans and headers agree"]
+    lines.append(_check_columns(ds))
+    lines.append(_check_stats(ds))
+    for camera in ds.cameras:
+        lines.append(_check_frames(ds, camera))
+    return lines
+
+
+def _check_columns(ds: LeRobotDataset) -> str:
+    """Each feature of info.json in every data file, with its shape and dtype."""
+    features = ds.info["features"]
+    numeric = {k: f for k, f in features.items() if f.get("dtype") not in ("video", "image", "string")}
+    files = sorted(ds.root.glob("data/chunk-*/file-*.parquet"))
+    for path in files:
+        table = pq.read_table(path)
+        for key, feature in numeric.items():
+            if key not in table.column_names:
+                raise DatasetError(f"{path}: lacks the column {key!r} that info.json's features list")
+            values = table.column(key).combine_chunks()
+            flat = np.asarray(values.flatten().to_numpy(zero_copy_only=False) if hasattr(values, "flatten")
+                              else values.to_numpy(zero_copy_only=False))
+            width = len(flat) // max(1, len(values))
+            expected = int(np.prod(feature.get("shape") or [1]))
+            if len(values) and width != expected:
+                raise DatasetError(f"{path}: column {key!r} holds {width} values a row, info.json's shape says "
+                                   f"{feature.get('shape')}")
+            kinds = _KINDS.get(feature.get("dtype"))
+            if kinds and len(flat) and flat.dtype.kind not in kinds:
+                raise DatasetError(f"{path}: column {key!r} is {flat.dtype}, info.json says {feature['dtype']}")
+    return f"columns: {len(numeric)} features in {len(files)} data file(s) match info.json's shapes and dtypes"
+
+
+def _check_stats(ds: LeRobotDataset) -> str:
+    """Statistics for state, action, the indices and every camera: present, finite, the right size."""
+    stats = ds.stats
+    sizes = {LEROBOT_STATE: ds.episode_table(0)["state"].shape[1], LEROBOT_ACTION: ds.episode_table(0)["action"].shape[1],
+             **dict.fromkeys(INDEX_KEYS, 1), **{video_key(c): 3 for c in ds.cameras}}
+    for feature, size in sizes.items():
+        if feature not in stats:
+            raise DatasetError(f"{ds.root}: meta/stats.json has no statistics for {feature!r}; recompute them with: "
+                               f"python -m training.collect --stats-only {ds.root}")
+        for name in STAT_NAMES:
+            if name not in stats[feature]:
+                if name in QUANTILE_NAMES:
+                    raise DatasetError(f"{ds.root}: meta/stats.json lacks {feature} {name} (written by an older tool); "
+                                       f"recompute them with: python -m training.collect --stats-only {ds.root}")
+                raise DatasetError(f"{ds.root}: meta/stats.json lacks {feature} {name}")
+            value = np.asarray(stats[feature][name], dtype=np.float64)
+            if not np.isfinite(value).all():
+                raise DatasetError(f"{ds.root}: meta/stats.json {feature} {name} is not finite ({value.ravel().tolist()}); "
+                                   f"recompute it with: python -m training.collect --stats-only {ds.root}")
+            if name != "count" and value.size != size:
+                raise DatasetError(f"{ds.root}: meta/stats.json {feature} {name} has {value.size} values, the data {size}")
+    return f"stats: {len(sizes)} features, {len(STAT_NAMES)} statistics each, present and finite"
+
+
+def _check_frames(ds: LeRobotDataset, camera: str) -> str:
+    """Decode every frame of the camera's video files, front to back, and count them against the spans."""
+    spans: dict[Path, list[tuple[int, int]]] = {}
+    for ep in range(ds.num_episodes):
+        path, start, length = ds.video_span(ep, camera)
+        spans.setdefault(path, []).append((ep, start + length))
+    shape = ds.image_shape(camera)
+    decoded = 0
+    for path, ends in spans.items():
+        count = 0
+        try:
+            with frames_in_order(path) as frames:
+                for frame in frames:
+                    if frame.shape != shape:
+                        raise DatasetError(f"{path}: frame {count} is {frame.shape}, info.json says {shape}")
+                    count += 1
+        except DatasetError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any decoder error is a broken file
+            raise DatasetError(f"{path}: frame {count} does not decode ({exc})") from None
+        ep, needed = max(ends, key=lambda e: e[1])
+        if count < needed:
+            raise DatasetError(f"{path}: {count} frames decode, episode {ep} needs frames up to {needed - 1}")
+        decoded += count
+    return f"video {camera}: {decoded} frames in {len(spans)} file(s) decode, every episode's span included"
+
+
+def info(root: str | Path) -> list[str]:
+    """Episodes, frames, fps, cameras, tasks and the statistics of state and action, as a table."""
+    ds = LeRobotDataset(root, cache_episodes=0, require_stats=False)
+    lengths = ds.episode_lengths
+    lines = [f"{ds.root}", f"episodes {ds.num_episodes}, frames {ds.num_frames} (per episode {lengths.min()}-"
+             f"{lengths.max()}, mean {lengths.mean():.1f}), fps {ds.fps:g}",
+             "cameras " + ", ".join(f"{c} {'x'.join(map(str, ds.image_shape(c)))}" for c in ds.cameras),
+             f"tasks {len(ds.tasks)}: " + "; ".join(ds.tasks[:5]) + (" ..." if len(ds.tasks) > 5 else "")]
+    if not ds.stats_path.is_file():
+        return [*lines, "stats: none (python -m training.collect --stats-only DIR computes them)"]
+    names = [n for n in ("mean", "std", "min", "max", "q01", "q99") if n in ds.stats[LEROBOT_STATE]]
+    header = ("feature", *names)
+    rows = []
+    for feature in (LEROBOT_STATE, LEROBOT_ACTION):
+        values = {n: np.asarray(ds.stats[feature][n], dtype=np.float64).ravel() for n in names}
+        rows += [(f"{feature}[{i}]", *(f"{values[n][i]:.4g}" for n in names)) for i in range(len(values[names[0]]))]
+    widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
+    table = ["  ".join([r[0].ljust(widths[0]), *(x.rjust(w) for x, w in zip(r[1:], widths[1:]))]) for r in [header, *rows]]
+    return [*lines, "", *table]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.datasets", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("check", "run every validation (exit 1 on the first failure)"),
+                       ("info", "episodes, frames, fps, cameras, tasks and stats")):
+        commands.add_parser(name, help=text).add_argument("root", help="the dataset's directory")
+    args = parser.parse_args(argv)
+    try:
+        lines = check(args.root) if args.command == "check" else info(args.root)
+    except DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    if args.command == "check":
+        print(f"ok: {args.root} is a sound LeRobot v3.0 dataset")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
