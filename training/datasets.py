@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot import INDEX_KEYS, QUANTILE_NAMES, STAT_NAMES, DatasetError, LeRobotDataset, video_key
+from training.data.lerobot import INDEX_KEYS, QUANTILE_NAMES, STAT_NAMES, DatasetError, LeRobotDataset
 from training.data.lerobot.video import frames_in_order
 
 # info.json dtype names -> the numpy kinds a data column of that dtype may hold
@@ -36,7 +36,7 @@ def check(root: str | Path) -> list[str]:
     lines.append(_check_columns(ds))
     lines.append(_check_stats(ds))
     for camera in ds.cameras:
-        lines.append(_check_frames(ds, camera))
+        lines.append(_check_frames(ds, camera) if camera in ds.video_cameras else _check_images(ds, camera))
     return lines
 
 
@@ -68,7 +68,7 @@ def _check_stats(ds: LeRobotDataset) -> str:
     """Statistics for state, action, the indices and every camera: present, finite, the right size."""
     stats = ds.stats
     sizes = {LEROBOT_STATE: ds.episode_table(0)["state"].shape[1], LEROBOT_ACTION: ds.episode_table(0)["action"].shape[1],
-             **dict.fromkeys(INDEX_KEYS, 1), **{video_key(c): 3 for c in ds.cameras}}
+             **dict.fromkeys(INDEX_KEYS, 1), **{ds.feature_key(c): 3 for c in ds.cameras}}
     for feature, size in sizes.items():
         if feature not in stats:
             raise DatasetError(f"{ds.root}: meta/stats.json has no statistics for {feature!r}; recompute them with: "
@@ -113,6 +113,22 @@ def _check_frames(ds: LeRobotDataset, camera: str) -> str:
             raise DatasetError(f"{path}: {count} frames decode, episode {ep} needs frames up to {needed - 1}")
         decoded += count
     return f"video {camera}: {decoded} frames in {len(spans)} file(s) decode, every episode's span included"
+
+
+def _check_images(ds: LeRobotDataset, camera: str) -> str:
+    """Decode every image of a camera stored in the data files."""
+    shape = ds.image_shape(camera)
+    for ep in range(ds.num_episodes):
+        try:
+            frames = ds.episode_frames(ep, camera)
+        except DatasetError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any decoder error is a broken image
+            raise DatasetError(f"{ds.root}: episode {ep}'s {ds.feature_key(camera)} images do not decode ({exc})") from None
+        if frames.shape[1:] != shape:
+            raise DatasetError(f"{ds.root}: episode {ep}'s {ds.feature_key(camera)} images are {frames.shape[1:]}, "
+                               f"info.json says {shape}")
+    return f"images {camera}: {ds.num_frames} frames in the data files decode"
 
 
 def info(root: str | Path) -> list[str]:

@@ -11,6 +11,9 @@ Layout (``codebase_version`` ``"v3.0"``)::
     ROOT/videos/observation.images.<camera>/chunk-000/file-000.mp4
                                                           the episodes of one data file, concatenated
 
+Read also as other writers lay them out: a camera stored as images in the data files
+(``dtype: image``, encoded bytes), and a lone camera under ``observation.image`` (camera ``image``).
+
 An episode's frames in a video file are ``[from_timestamp, to_timestamp)`` of that file; frame
 ``k`` of the file has presentation time ``k / fps``. Images statistics are per channel, in
 [0, 1], shaped ``(3, 1, 1)``; every other feature's are per dimension. Standard deviations

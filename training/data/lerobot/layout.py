@@ -25,5 +25,16 @@ class DatasetError(ValueError):
     """A dataset on disk is missing, incomplete or in a format this reader does not support."""
 
 
+SINGLE_IMAGE_KEY = "observation.image"  # a lone camera, as pusht-style datasets name it; its camera is "image"
+
+
 def video_key(camera: str) -> str:
     return LEROBOT_IMAGE_PREFIX + camera
+
+
+def camera_of(key: str) -> str | None:
+    """The camera a feature key holds (``observation.images.<camera>``, or ``image`` for
+    ``observation.image``); None for any other feature."""
+    if key.startswith(LEROBOT_IMAGE_PREFIX):
+        return key[len(LEROBOT_IMAGE_PREFIX):]
+    return "image" if key == SINGLE_IMAGE_KEY else None

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from envs.protocol import LEROBOT_ACTION, LEROBOT_IMAGE_PREFIX, LEROBOT_STATE
+from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training.data.lerobot import video
 from training.data.lerobot.layout import (
     CODEBASE_VERSION,
@@ -24,7 +24,7 @@ from training.data.lerobot.layout import (
     TASKS_PATH,
     VIDEO_PATH,
     DatasetError,
-    video_key,
+    camera_of,
 )
 from training.data.lerobot.tables import column_matrix, read_tasks
 
@@ -66,11 +66,11 @@ class LeRobotDataset:
         if missing:
             raise DatasetError(f"{info_path} lacks {missing}; re-collect the dataset with: {hint}")
         features = self._info["features"]
-        images = [k for k, f in features.items() if f.get("dtype") == "image"]
-        if images:
-            raise DatasetError(f"{self.root}: image features stored in parquet ({images}) are not supported; only video features")
-        videos = [k for k, f in features.items() if k.startswith(LEROBOT_IMAGE_PREFIX) and f.get("dtype") == "video"]
-        self._cameras = tuple(k[len(LEROBOT_IMAGE_PREFIX) :] for k in videos)
+        # camera -> its feature: observation.images.<camera> in mp4s ("video") or in the data files ("image",
+        # encoded PNG/JPEG bytes), or a lone camera under observation.image (pusht-style), named "image".
+        self._keys = {camera_of(k): k for k, f in features.items() if camera_of(k) and f.get("dtype") in ("video", "image")}
+        self._cameras = tuple(self._keys)
+        self._videos = tuple(c for c in self._cameras if features[self._keys[c]]["dtype"] == "video")
         for key in (LEROBOT_STATE, LEROBOT_ACTION):
             if key not in features:
                 raise DatasetError(f"{self.root}: features lack {key!r} (have {sorted(features)})")
@@ -101,8 +101,8 @@ class LeRobotDataset:
         tables = [pq.read_table(f) for f in files]
         columns = set.intersection(*(set(t.column_names) for t in tables))
         needed = ["episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
-        for cam in self._cameras:
-            key = video_key(cam)
+        for cam in self._videos:
+            key = self._keys[cam]
             needed += [f"videos/{key}/{n}" for n in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
         lacking = [c for c in needed if c not in columns]
         if lacking:
@@ -128,7 +128,7 @@ class LeRobotDataset:
         return self.root / self._info["data_path"].format(chunk_index=int(chunk), file_index=int(file))
 
     def _video_path(self, camera: str, ep: int) -> Path:
-        key = video_key(camera)
+        key = self._keys[camera]
         template = self._info.get("video_path") or VIDEO_PATH
         chunk = int(self._meta[f"videos/{key}/chunk_index"][ep])
         file = int(self._meta[f"videos/{key}/file_index"][ep])
@@ -150,6 +150,9 @@ class LeRobotDataset:
             parts["action"].append(column_matrix(table, LEROBOT_ACTION))
             for key in INDEX_KEYS:
                 parts[key].append(table.column(key).to_numpy())
+            for cam in self._cameras:
+                if cam not in self._videos:
+                    parts.setdefault(f"image:{cam}", []).append(_image_bytes(table, self._keys[cam], path))
         data = {k: np.concatenate(v) for k, v in parts.items()}
         order = np.argsort(data["index"], kind="stable")
         data = {k: v[order] for k, v in data.items()}
@@ -165,14 +168,14 @@ class LeRobotDataset:
         self._data = data
 
     def _check_videos(self, hint: str) -> None:
-        for cam in self._cameras:
+        for cam in self._videos:
             seen: set[Path] = set()
             for ep in range(self.num_episodes):
                 path = self._video_path(cam, ep)
                 if path in seen:
                     continue
                 if not path.is_file():
-                    key = video_key(cam)
+                    key = self._keys[cam]
                     same = (self._meta[f"videos/{key}/chunk_index"] == self._meta[f"videos/{key}/chunk_index"][ep]) & (
                         self._meta[f"videos/{key}/file_index"] == self._meta[f"videos/{key}/file_index"][ep]
                     )
@@ -189,8 +192,8 @@ class LeRobotDataset:
         feature's ``video.fps``, the episodes' timestamps and each mp4's own header."""
         fps = float(self.fps)
         fix = f"set fps in {INFO_PATH} to the rate the data was recorded at, or re-collect the dataset with: {hint}"
-        for cam in self._cameras:
-            key = video_key(cam)
+        for cam in self._videos:
+            key = self._keys[cam]
             declared = self._info["features"][key].get("info", {}).get("video.fps")
             if declared is not None and not _same_rate(float(declared), fps):
                 raise DatasetError(f"{self.root}: {INFO_PATH} has fps={self.fps} but features['{key}'].info['video.fps']="
@@ -215,8 +218,8 @@ class LeRobotDataset:
     def _check_video_spans(self, fps: float, fix: str) -> None:
         """An episode's span of its video file lasts ``length / fps``, to half a frame."""
         lengths = self._meta["length"].astype(np.float64)
-        for cam in self._cameras:
-            key = f"videos/{video_key(cam)}"
+        for cam in self._videos:
+            key = f"videos/{self._keys[cam]}"
             span = self._meta[f"{key}/to_timestamp"].astype(np.float64) - self._meta[f"{key}/from_timestamp"]
             bad = np.flatnonzero(np.abs(span - lengths / fps) > 0.5 / fps)
             if len(bad):
@@ -228,8 +231,8 @@ class LeRobotDataset:
     def _check_video_headers(self, fps: float, fix: str) -> None:
         """Each mp4 (its header only, once per file) plays at fps and holds the frames its episodes
         span, to ffmpeg's 10 ms precision of the duration."""
-        for cam in self._cameras:
-            key = f"videos/{video_key(cam)}"
+        for cam in self._videos:
+            key = f"videos/{self._keys[cam]}"
             needed: dict[Path, tuple[int, int]] = {}  # file -> (frames its episodes end at, one such episode)
             for ep in range(self.num_episodes):
                 end = int(round(float(self._meta[f"{key}/to_timestamp"][ep]) * fps))
@@ -289,6 +292,17 @@ class LeRobotDataset:
         return self._cameras
 
     @property
+    def video_cameras(self) -> tuple[str, ...]:
+        """The cameras whose frames are in mp4 files (the others' are images in the data files)."""
+        return self._videos
+
+    def feature_key(self, camera: str) -> str:
+        """The camera's feature in info.json and stats.json (``observation.images.<camera>``, or
+        ``observation.image`` for a lone camera)."""
+        self._check_camera(camera)
+        return self._keys[camera]
+
+    @property
     def num_episodes(self) -> int:
         return len(self._meta["episode_index"])
 
@@ -312,7 +326,7 @@ class LeRobotDataset:
     def image_shape(self, camera: str) -> tuple[int, int, int]:
         """(H, W, 3) of a camera's stored frames."""
         self._check_camera(camera)
-        shape = self._info["features"][video_key(camera)]["shape"]
+        shape = self._info["features"][self._keys[camera]]["shape"]
         if shape[-1] != 3 and shape[0] == 3:  # (C, H, W) as some LeRobot writers store it
             shape = [*shape[1:], shape[0]]
         return tuple(int(s) for s in shape)
@@ -357,14 +371,32 @@ class LeRobotDataset:
                 self._cache.popitem(last=False)
         return frames
 
+    def _decode_images(self, ep: int, camera: str) -> np.ndarray:
+        """An image feature's frames of the episode, decoded from the data files' bytes (RGB uint8)."""
+        import imageio.v3 as iio
+
+        frames = []
+        for i, data in enumerate(self.episode_table(ep)[f"image:{camera}"]):
+            if not data:
+                raise DatasetError(f"{self.root}: episode {ep} frame {i} of {self._keys[camera]} has no image bytes "
+                                   "(an image stored by path only is not supported)")
+            image = np.asarray(iio.imread(data))
+            image = np.repeat(image[..., None], 3, axis=-1) if image.ndim == 2 else image[..., :3]
+            frames.append(image.astype(np.uint8, copy=False))
+        return np.stack(frames)
+
     def video_span(self, ep: int, camera: str) -> tuple[Path, int, int]:
         """Where the episode's frames of one camera are: (mp4 file, its first frame there, frame count)."""
         ep = self._check_episode(ep)
         self._check_camera(camera)
-        start = int(round(float(self._meta[f"videos/{video_key(camera)}/from_timestamp"][ep]) * float(self.fps)))
+        if camera not in self._videos:
+            raise ValueError(f"camera {camera!r} is stored as images in the data files, not in a video")
+        start = int(round(float(self._meta[f"videos/{self._keys[camera]}/from_timestamp"][ep]) * float(self.fps)))
         return self._video_path(camera, ep), start, int(self._meta["length"][ep])
 
     def _decode(self, ep: int, camera: str) -> np.ndarray:
+        if camera not in self._videos:
+            return self._decode_images(ep, camera)
         path, start, length = self.video_span(ep, camera)
         frames = video.read_span(path, start, length, float(self.fps))
         if frames is None:  # seeking failed or came up short: decode the file from its start
@@ -379,6 +411,16 @@ class LeRobotDataset:
                 f"the video is truncated, re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}"
             )
         return frames
+
+
+def _image_bytes(table, key: str, path: Path) -> np.ndarray:
+    """An image feature's encoded frames (PNG/JPEG bytes), one per row: LeRobot (Hugging Face
+    ``datasets``' Image) stores each as a struct of ``bytes`` and ``path``."""
+    if key not in table.column_names:
+        raise DatasetError(f"{path}: lacks the image column {key!r} that info.json's features list")
+    column = table.column(key).combine_chunks()
+    values = column.field("bytes") if hasattr(column, "field") else column
+    return np.array(values.to_pylist(), dtype=object)
 
 
 def _same_rate(a: float, b: float) -> bool:

@@ -28,7 +28,6 @@ from training.data.lerobot.layout import (
     QUANTILES,
     STATS_PATH,
     DatasetError,
-    video_key,
 )
 from training.data.lerobot.reader import LeRobotDataset
 from training.data.lerobot.video import frames_in_order
@@ -152,9 +151,21 @@ def compute_stats(root: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
     parts = [table_stats(ds.episode_table(ep)) for ep in range(ds.num_episodes)]
     stats = {f: pool_stats([p[f] for p in parts]) for f in parts[0]}
     for cam in ds.cameras:
-        stats[video_key(cam)] = pool_stats(_video_file_stats(ds, cam))
+        parts = _video_file_stats(ds, cam) if cam in ds.video_cameras else _image_stats(ds, cam)
+        stats[ds.feature_key(cam)] = pool_stats(parts)
     atomic_write_text(ds.root / STATS_PATH, stats_to_json(stats))
     return stats
+
+
+def _image_stats(ds: LeRobotDataset, camera: str) -> list[dict[str, np.ndarray]]:
+    """Per-episode statistics of a camera stored as images in the data files."""
+    parts = []
+    for ep in range(ds.num_episodes):
+        accumulator = ImageStats()
+        for frame in ds.episode_frames(ep, camera):
+            accumulator.add(frame)
+        parts.append(accumulator.result())
+    return parts
 
 
 def _video_file_stats(ds: LeRobotDataset, camera: str) -> list[dict[str, np.ndarray]]:
