@@ -121,6 +121,6 @@ def test_an_image_stored_by_path_only_is_named(base, tmp_path):
     pq.write_table(table.set_column(table.column_names.index(key), key, empty), path)
     from training.data import DatasetError
 
-    with pytest.raises(DatasetError, match=r"episode 0 frame 0 of observation.images.corner has no image bytes"):
+    with pytest.raises(DatasetError, match=r"episode 0 observation.images.corner frame 0 has no image bytes"):
         LeRobotDataset(root).episode_frames(0, CAMERA)
 

@@ -1,7 +1,12 @@
-"""``python -m training.datasets check|info DIR``: is a LeRobot v3.0 dataset sound, and what is in it?
+"""``python -m training.datasets check|info|convert``: is a LeRobot dataset sound, what is in it, and
+v2.1 into v3.0.
 
     python -m training.datasets info outputs/demo/data     # episodes, frames, fps, cameras, tasks, stats
     python -m training.datasets check outputs/demo/data    # every validation below; exit 1 on the first failure
+    python -m training.datasets convert data/pusht_v21 data/pusht   # v2.1 -> v3.0 (or a v3.0 laid out again)
+
+``convert`` validates each episode as it goes and leaves nothing at the destination when one is
+broken (training/data/lerobot/convert.py).
 
 ``check`` opens the dataset as training does (info.json's schema and totals, episode metadata,
 every data and video file present, fps agreeing with the timestamps, the video spans and each
@@ -14,6 +19,7 @@ the episodes that span it. A failure is one line naming the episode or file and 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -21,7 +27,15 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot import INDEX_KEYS, QUANTILE_NAMES, STAT_NAMES, DatasetError, LeRobotDataset
+from training.data.lerobot import (
+    DEFAULT_EPISODES_PER_FILE,
+    INDEX_KEYS,
+    QUANTILE_NAMES,
+    STAT_NAMES,
+    DatasetError,
+    LeRobotDataset,
+)
+from training.data.lerobot.convert import convert
 from training.data.lerobot.video import frames_in_order
 
 # info.json dtype names -> the numpy kinds a data column of that dtype may hold
@@ -158,9 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in (("check", "run every validation (exit 1 on the first failure)"),
                        ("info", "episodes, frames, fps, cameras, tasks and stats")):
         commands.add_parser(name, help=text).add_argument("root", help="the dataset's directory")
+    conversion = commands.add_parser("convert", help="a v2.1 dataset (or a v3.0 one) as v3.0 in a new directory")
+    conversion.add_argument("src", help="the dataset to convert")
+    conversion.add_argument("dst", help="a directory that does not exist yet")
+    conversion.add_argument("--episodes-per-file", type=int, default=DEFAULT_EPISODES_PER_FILE,
+                            help="episodes per data file and mp4 (default %(default)s)")
     args = parser.parse_args(argv)
     try:
-        lines = check(args.root) if args.command == "check" else info(args.root)
+        if args.command == "convert":
+            lines = [json.dumps(convert(args.src, args.dst, args.episodes_per_file), indent=2)]
+        else:
+            lines = check(args.root) if args.command == "check" else info(args.root)
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

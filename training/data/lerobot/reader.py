@@ -373,17 +373,9 @@ class LeRobotDataset:
 
     def _decode_images(self, ep: int, camera: str) -> np.ndarray:
         """An image feature's frames of the episode, decoded from the data files' bytes (RGB uint8)."""
-        import imageio.v3 as iio
-
-        frames = []
-        for i, data in enumerate(self.episode_table(ep)[f"image:{camera}"]):
-            if not data:
-                raise DatasetError(f"{self.root}: episode {ep} frame {i} of {self._keys[camera]} has no image bytes "
-                                   "(an image stored by path only is not supported)")
-            image = np.asarray(iio.imread(data))
-            image = np.repeat(image[..., None], 3, axis=-1) if image.ndim == 2 else image[..., :3]
-            frames.append(image.astype(np.uint8, copy=False))
-        return np.stack(frames)
+        where = f"{self.root}: episode {ep} {self._keys[camera]}"
+        return np.stack([decode_image(data, f"{where} frame {i}")
+                         for i, data in enumerate(self.episode_table(ep)[f"image:{camera}"])])
 
     def video_span(self, ep: int, camera: str) -> tuple[Path, int, int]:
         """Where the episode's frames of one camera are: (mp4 file, its first frame there, frame count)."""
@@ -411,6 +403,17 @@ class LeRobotDataset:
                 f"the video is truncated, re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}"
             )
         return frames
+
+
+def decode_image(data: bytes | None, where: str) -> np.ndarray:
+    """One stored image (PNG/JPEG bytes) as RGB uint8 (H, W, 3)."""
+    import imageio.v3 as iio
+
+    if not data:
+        raise DatasetError(f"{where} has no image bytes (an image stored by path only is not supported)")
+    image = np.asarray(iio.imread(data))
+    image = np.repeat(image[..., None], 3, axis=-1) if image.ndim == 2 else image[..., :3]
+    return image.astype(np.uint8, copy=False)
 
 
 def _image_bytes(table, key: str, path: Path) -> np.ndarray:
