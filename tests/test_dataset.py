@@ -532,3 +532,40 @@ def test_clip_errors_and_subsets(dataset_root):
     assert len(sub) == ds.episode_lengths[2]
     assert sub[0]["episode"] == 2 and sub[0]["index"] == ds.episode_starts[2]
     assert sub[0]["video"].shape == (3, 1, 24, 24)
+
+
+def _keyframes(path) -> list[int]:
+    """The frame numbers ffmpeg decodes as keyframes (its showinfo filter's ``iskey:1``)."""
+    import re
+    import subprocess
+
+    import imageio_ffmpeg
+
+    log = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-i", str(path), "-vf", "showinfo", "-f", "null", "-"],
+                         capture_output=True, text=True, timeout=120).stderr
+    return [int(m.group(1)) for m in re.finditer(r"n:\s*(\d+)\s.*?iskey:1", log)]
+
+
+@pytest.mark.parametrize("gop", [3, None])
+def test_every_episode_starts_on_a_keyframe_and_keyframes_are_gop_apart(tmp_path, gop):
+    """video_gop: each episode its own segment (a keyframe at its first frame), keyframes at most gop apart;
+    None: one encode per file, as before, with no keyframe at the later episodes' starts."""
+    lengths = (7, 11, 6)
+    root = tmp_path / "ds"
+    with DatasetWriter(root, FPS, ("corner",), video_gop=gop) as writer:
+        for ep, n in enumerate(lengths):
+            for t in range(n):
+                writer.add_frame({"corner": _frame("corner", ep, t)}, np.zeros(4), np.zeros(3), TASKS[0])
+            writer.save_episode()
+    (path,) = list(root.rglob("*.mp4"))
+    keys = _keyframes(path)
+    starts = [0, 7, 18]
+    if gop is None:
+        assert keys == [0]  # 24 frames of one encode: the encoder's one keyframe
+        return
+    assert set(starts) <= set(keys)
+    gaps = np.diff([*keys, sum(lengths)])
+    assert gaps.max() <= gop, keys
+    ds = LeRobotDataset(root)  # the joined segments read as one file: spans, header and frames agree
+    for ep, n in enumerate(lengths):
+        _close(ds.episode_frames(ep, "corner"), np.stack([_frame("corner", ep, t) for t in range(n)]))

@@ -24,6 +24,7 @@ from envs.contract import parse_image_size
 from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
 from envs.protocol import INSTRUCTION, PIXELS, STATE
 from training.data.lerobot import DatasetWriter, compute_stats
+from training.data.lerobot.video import DEFAULT_GOP
 
 AGENTS = ("expert", "random")  # the agents that need no checkpoint
 DEFAULT_FPS = 20
@@ -56,6 +57,7 @@ def collect(
     max_steps: int | None = None,
     overwrite: bool = False,
     episodes_per_file: int = 50,
+    video_gop: int | None = DEFAULT_GOP,
     log: Callable[[str], None] | None = print,
 ) -> dict[str, Any]:
     """Run ``agent`` in each env and write every kept episode to a dataset at ``output``.
@@ -100,6 +102,7 @@ def collect(
                         state_names=names[0] if names[0] and len(names[0]) == state_dim else None,
                         action_names=names[1] if names[1] and len(names[1]) == action_dim else None,
                         episodes_per_file=episodes_per_file,
+                        video_gop=video_gop,
                         overwrite=overwrite,
                     )
                 elif fps != writer.fps or env_cameras != writer.cameras:
@@ -213,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only-success", action="store_true", help="keep successful episodes only (up to 3x tries)")
     parser.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: the env's)")
     parser.add_argument("--episodes-per-file", type=int, default=50, help="episodes per data/video file (default 50)")
+    parser.add_argument("--video-gop", type=int, default=DEFAULT_GOP,
+                        help=f"frames between keyframes; every episode starts on one (default {DEFAULT_GOP}; LeRobot uses 2)")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already at --output")
     parser.add_argument("--stats-only", type=Path, metavar="DIR", help="recompute DIR/meta/stats.json and exit")
     args = parser.parse_args(argv)
@@ -241,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_steps=args.max_steps,
             overwrite=args.overwrite,
             episodes_per_file=args.episodes_per_file,
+            video_gop=args.video_gop,
         )
     except (ValueError, RuntimeError, FileExistsError, UnknownEnvError, MissingSimulatorError, MissingAssetsError) as e:
         print(f"error: {e}", file=sys.stderr)

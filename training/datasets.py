@@ -36,7 +36,7 @@ from training.data.lerobot import (
     LeRobotDataset,
 )
 from training.data.lerobot.convert import convert
-from training.data.lerobot.video import frames_in_order
+from training.data.lerobot.video import DEFAULT_GOP, frames_in_order
 
 # info.json dtype names -> the numpy kinds a data column of that dtype may hold
 _KINDS = {"float32": "f", "float64": "f", "int64": "iu", "int32": "iu", "bool": "b"}
@@ -177,10 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     conversion.add_argument("dst", help="a directory that does not exist yet")
     conversion.add_argument("--episodes-per-file", type=int, default=DEFAULT_EPISODES_PER_FILE,
                             help="episodes per data file and mp4 (default %(default)s)")
+    conversion.add_argument("--video-gop", type=int, default=DEFAULT_GOP,
+                            help="frames between keyframes; every episode starts on one (default %(default)s)")
     args = parser.parse_args(argv)
     try:
         if args.command == "convert":
-            lines = [json.dumps(convert(args.src, args.dst, args.episodes_per_file), indent=2)]
+            lines = [json.dumps(convert(args.src, args.dst, args.episodes_per_file, args.video_gop), indent=2)]
         else:
             lines = check(args.root) if args.command == "check" else info(args.root)
     except DatasetError as exc:

@@ -45,12 +45,15 @@ def _frames_iter(frames: np.ndarray | Iterable[np.ndarray]) -> Iterator[np.ndarr
     return iter(frames)
 
 
-def write_mp4(path: str | os.PathLike, frames: np.ndarray | Iterable[np.ndarray], fps: float = 20) -> Path:
+def write_mp4(path: str | os.PathLike, frames: np.ndarray | Iterable[np.ndarray], fps: float = 20,
+              gop: int | None = None) -> Path:
     """Encode uint8 RGB frames (``(T, H, W, 3)`` or an iterable of ``(H, W, 3)``) to ``path``.
 
-    Frames are streamed to the encoder, so an iterable need not fit in memory. Raises
-    ValueError for no frames, a non-uint8 dtype or a bad/inconsistent shape; ``path`` is then
-    left as it was and no temp file remains.
+    Frames are streamed to the encoder, so an iterable need not fit in memory. ``gop``: at most
+    that many frames between keyframes (None: the encoder's default, 250), so a reader seeking to
+    any frame decodes fewer than ``gop`` frames before it. Raises ValueError for no frames, a
+    non-uint8 dtype or a bad/inconsistent shape; ``path`` is then left as it was and no temp file
+    remains.
     """
     path = Path(path)
     it = _frames_iter(frames)
@@ -63,12 +66,36 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray | Iterable[np.ndarray]
     path.parent.mkdir(parents=True, exist_ok=True)
     # The ".mp4" suffix lets ffmpeg pick the container.
     with atomic_path(path, suffix=".tmp.mp4") as tmp:
-        _encode(str(tmp), first, it, fps, pixelformat)
+        _encode(str(tmp), first, it, fps, pixelformat, gop)
     return path
 
 
-def _encode(tmp: str, first: np.ndarray, rest: Iterator[np.ndarray], fps: float, pixelformat: str) -> None:
-    writer = imageio.get_writer(tmp, format="FFMPEG", fps=fps, macro_block_size=1, pixelformat=pixelformat)
+def concat_mp4(path: str | os.PathLike, parts: Sequence[str | os.PathLike]) -> Path:
+    """Join mp4 files of one codec and size into ``path`` without re-encoding (ffmpeg's concat
+    demuxer): each part's first frame stays a keyframe, timestamps run on. Atomic like write_mp4."""
+    import subprocess
+
+    import imageio_ffmpeg
+
+    path = Path(path)
+    with atomic_path(path, suffix=".tmp.mp4") as tmp:
+        listing = tmp.with_suffix(".txt")
+        listing.write_text("".join(f"file '{Path(p).resolve()}'\n" for p in parts))
+        try:
+            done = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-f", "concat", "-safe",
+                                   "0", "-i", str(listing), "-c", "copy", str(tmp)], capture_output=True, text=True)
+        finally:
+            listing.unlink(missing_ok=True)
+        if done.returncode:
+            raise ValueError(f"joining {len(parts)} video segments into {path} failed: {done.stderr.strip()[-500:]}")
+    return path
+
+
+def _encode(tmp: str, first: np.ndarray, rest: Iterator[np.ndarray], fps: float, pixelformat: str,
+            gop: int | None = None) -> None:
+    params = None if gop is None else ["-g", str(int(gop))]
+    writer = imageio.get_writer(tmp, format="FFMPEG", fps=fps, macro_block_size=1, pixelformat=pixelformat,
+                                output_params=params)
     # Not `with`: imageio's writer skips close() when the block raises, which leaves ffmpeg
     # running to (re)create the temp file after we have deleted it.
     try:

@@ -3,6 +3,7 @@ collecting, and decoding one episode's span of a file (or a whole file, front to
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections.abc import Iterator, Sequence
@@ -13,49 +14,78 @@ from typing import Any
 import imageio.v2 as imageio
 import numpy as np
 
-from wam_gym.utils.video import read_mp4, write_mp4
+from wam_gym.utils.video import concat_mp4, read_mp4, write_mp4
+
+DEFAULT_GOP = 10  # frames between keyframes in a dataset's videos (LeRobot encodes g=2: larger files, slower episodes)
 
 __all__ = ["Mp4Stream", "frames_in_order", "header", "read_mp4", "read_span"]
 
 
 class Mp4Stream:
-    """Frames pushed one episode at a time into :func:`write_mp4`, which runs in a thread.
+    """One video file of a dataset, written an episode at a time by an encoder thread.
 
-    ``write_mp4`` encodes into a hidden temp file and renames it when the stream closes, so a
-    half-written video never sits at its final path; :meth:`abort` removes the temp file.
+    With ``gop`` (the default), each episode is encoded into a segment of its own, which starts
+    with a keyframe and has at most ``gop`` frames between keyframes; :meth:`close` joins the
+    segments into ``path`` without re-encoding. A reader seeking to an episode then starts decoding
+    at its first frame, and to any frame after at most ``gop - 1`` others. ``gop=None`` encodes every
+    episode into one stream with the encoder's default keyframe spacing (250 frames: the layout of
+    earlier versions, kept to measure against in bench/dataset_access.py).
+
+    Every file is written to a hidden temp file and renamed, so a half-written video never sits
+    at its final path; :meth:`abort` removes what was written.
     """
 
     _END = object()
     _ABORT = object()
+    _EPISODE = object()  # between two episodes' frames
 
     class _Aborted(Exception):
         pass
 
-    def __init__(self, path: Path, fps: float):
+    def __init__(self, path: Path, fps: float, gop: int | None = DEFAULT_GOP):
         self.path = path
         self.fps = fps
+        self.gop = gop
         self.frames = 0
+        self._segments: list[Path] = []
         self._queue: queue.Queue = queue.Queue(maxsize=64)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"mp4:{path.name}", daemon=True)
         self._thread.start()
 
-    def _source(self) -> Iterator[np.ndarray]:
+    def _frames(self) -> Iterator[np.ndarray]:
+        """Frames up to the end of the episode (segments) or of the stream (one encode)."""
         while True:
             item = self._queue.get()
             if item is self._END:
                 return
             if item is self._ABORT:
                 raise self._Aborted
+            if item is self._EPISODE:
+                if self.gop is not None:
+                    return
+                continue
             yield item
 
     def _run(self) -> None:
         try:
-            write_mp4(self.path, self._source(), fps=self.fps)
+            if self.gop is None:
+                write_mp4(self.path, self._frames(), fps=self.fps)
+                return
+            while (first := self._queue.get()) is not self._END:
+                if first is self._ABORT:
+                    raise self._Aborted
+                segment = self.path.with_name(f".{self.path.name}.{len(self._segments):05d}.mp4")
+                self._segments.append(segment)
+                write_mp4(segment, itertools.chain([first], self._frames()), fps=self.fps, gop=self.gop)
+            concat_mp4(self.path, self._segments)
         except self._Aborted:
             pass
         except BaseException as e:  # reported to the writer's thread on its next call
             self._error = e
+        finally:
+            for segment in self._segments:
+                segment.unlink(missing_ok=True)
 
     def _put(self, item: Any) -> None:
         while True:
@@ -73,8 +103,10 @@ class Mp4Stream:
             raise RuntimeError(f"encoding {self.path} failed: {self._error}") from self._error
 
     def write(self, frames: Sequence[np.ndarray]) -> None:
+        """One episode's frames."""
         for frame in frames:
             self._put(frame)
+        self._put(self._EPISODE)
         self.frames += len(frames)
 
     def close(self) -> None:

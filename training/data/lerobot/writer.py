@@ -34,7 +34,7 @@ from training.data.lerobot.layout import (
 )
 from training.data.lerobot.stats import ImageStats, pool_stats, stats_to_json, table_stats
 from training.data.lerobot.tables import fixed_list, tasks_table, write_parquet
-from training.data.lerobot.video import Mp4Stream
+from training.data.lerobot.video import DEFAULT_GOP, Mp4Stream
 from wam_gym.utils.publish import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,9 @@ class DatasetWriter:
     instruction as task), then ``save_episode`` (or ``clear_episode`` to drop it), and
     ``finalize`` at the end; as a context manager it finalizes on exit. ``episodes_per_file``
     episodes share one parquet file and one mp4 per camera; ``chunks_size`` files share a
-    chunk directory. An existing dataset at ``root`` is replaced only with ``overwrite=True``.
+    chunk directory. In the mp4s every episode starts on a keyframe and keyframes are at most
+    ``video_gop`` frames apart (None: one encode per file with the encoder's default spacing), so
+    random access decodes little. An existing dataset at ``root`` is replaced only with ``overwrite=True``.
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class DatasetWriter:
         action_names: Sequence[str] | None = None,
         episodes_per_file: int = DEFAULT_EPISODES_PER_FILE,
         chunks_size: int = DEFAULT_CHUNKS_SIZE,
+        video_gop: int | None = DEFAULT_GOP,
         overwrite: bool = False,
     ):
         if not cameras:
@@ -78,6 +81,9 @@ class DatasetWriter:
         self.state_names = list(state_names) if state_names is not None else None
         self.action_names = list(action_names) if action_names is not None else None
         self.episodes_per_file = int(episodes_per_file)
+        if video_gop is not None and int(video_gop) < 1:
+            raise ValueError(f"video_gop must be >= 1 (frames between keyframes) or None, got {video_gop!r}")
+        self.video_gop = video_gop
         self.chunks_size = int(chunks_size)
         self._prepare_root(overwrite)
 
@@ -151,7 +157,7 @@ class DatasetWriter:
         if not self._streams:
             for cam in self.cameras:
                 path = self.root / VIDEO_PATH.format(video_key=video_key(cam), chunk_index=chunk, file_index=file)
-                self._streams[cam] = Mp4Stream(path, self.fps)
+                self._streams[cam] = Mp4Stream(path, self.fps, self.video_gop)
 
         task_ids = []
         for t in pending["task"]:
