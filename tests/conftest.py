@@ -20,6 +20,28 @@ def fresh_python():
 
 
 @pytest.fixture
+def train_two_steps(tmp_path):
+    """``train_two_steps(dataset_root, camera)``: python -m training's loop, two steps of the tiny WAM on
+    one camera of the dataset; returns the final checkpoint (a dataset layout is usable end to end)."""
+
+    def train(root, camera: str):
+        from hydra import compose, initialize_config_dir
+        from omegaconf import OmegaConf
+
+        from training import loop
+        from training.config import register_configs
+
+        register_configs()
+        conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "training", "conf")
+        overrides = ["task=metaworld_tiny", f"dataset.root={root}", f"model.cameras=[{camera}]", "model.image_size=[32,32]",
+                     "batch_size=2", "max_steps=2", "save_every=2", "num_workers=0", f"output_dir={tmp_path / 'run'}"]
+        with initialize_config_dir(config_dir=conf, version_base=None):
+            return loop.train(OmegaConf.to_object(compose("train", overrides=overrides)))
+
+    return train
+
+
+@pytest.fixture
 def no_shm_build(monkeypatch):
     """Stub DeepSpeed's shm all-reduce op build (only inference_all_reduce uses it; it is minutes
     of C++ on 2 cores) and restore the env vars DeepSpeed's setup sets."""

@@ -569,3 +569,25 @@ def test_every_episode_starts_on_a_keyframe_and_keyframes_are_gop_apart(tmp_path
     ds = LeRobotDataset(root)  # the joined segments read as one file: spans, header and frames agree
     for ep, n in enumerate(lengths):
         _close(ds.episode_frames(ep, "corner"), np.stack([_frame("corner", ep, t) for t in range(n)]))
+
+
+def test_files_rotate_by_size_as_lerobot_does(tmp_path):
+    """A file closes once its data or a camera's video reaches its size; info.json records the sizes."""
+    def written(root, **layout):
+        with DatasetWriter(root, FPS, CAMERAS, **layout) as w:
+            for ep, n in enumerate((5, 6, 4, 7)):
+                for t in range(n):
+                    w.add_frame({c: _frame(c, ep, t) for c in CAMERAS}, np.zeros(4), np.zeros(3), TASKS[0])
+                w.save_episode()
+        info = json.loads((root / "meta/info.json").read_text())
+        return len(list((root / "data").rglob("*.parquet"))), info
+
+    files, info = written(tmp_path / "default")
+    assert files == 1 and (info["data_files_size_in_mb"], info["video_files_size_in_mb"]) == (100, 200)
+    files, info = written(tmp_path / "video", video_files_size_in_mb=1e-6)  # any encoded episode fills it
+    assert files == 4 and info["video_files_size_in_mb"] == 1e-6
+    row_mb = (4 + 3) * 4 / 2**20 + 5 * 8 / 2**20  # state + action float32, 5 index columns (8 bytes each)
+    files, _ = written(tmp_path / "data", data_files_size_in_mb=10 * row_mb)  # 10 frames: two episodes at most
+    assert files == 2
+    ds = LeRobotDataset(tmp_path / "data")  # and the layout reads back
+    assert ds.num_episodes == 4 and ds.episode_lengths.tolist() == [5, 6, 4, 7]

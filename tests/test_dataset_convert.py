@@ -87,7 +87,7 @@ def broken(v21, tmp_path) -> Path:
     return Path(shutil.copytree(v21[0], tmp_path / "v21"))
 
 
-def test_v21_becomes_v30_with_the_same_values(v21, tmp_path):
+def test_v21_becomes_v30_with_the_same_values(v21, tmp_path, train_two_steps):
     src, held = v21
     summary = convert(src, tmp_path / "v30", episodes_per_file=2)
     assert summary["episodes"] == 3 and summary["frames"] == sum(LENGTHS) and summary["cameras"] == list(CAMERAS)
@@ -108,6 +108,7 @@ def test_v21_becomes_v30_with_the_same_values(v21, tmp_path):
     assert info["features"]["observation.state"]["names"] == [f"joint_{i}" for i in range(6)]
     assert info["robot_type"] == "so100"
     assert check(tmp_path / "v30")[2] == "stats: 9 features, 10 statistics each, present and finite"
+    assert (train_two_steps(tmp_path / "v30", "top") / "wam_config.json").is_file()
 
 
 def test_a_v30_dataset_is_laid_out_again(v21, tmp_path):

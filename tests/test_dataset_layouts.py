@@ -72,17 +72,7 @@ def _to_images_in_parquet(root: Path, key: str) -> dict[int, np.ndarray]:
     return {ep: np.asarray(ds.episode_frames(ep, CAMERA)) for ep in range(ds.num_episodes)}
 
 
-def _train_a_few_steps(root: Path, camera: str, out: Path) -> Path:
-    from test_training import make_config
-
-    from training import loop
-
-    return loop.train(make_config(["task=metaworld_tiny", f"dataset.root={root}", f"model.cameras=[{camera}]",
-                                   "model.image_size=[32,32]", "batch_size=2", "max_steps=2",
-                                   "save_every=2", "num_workers=0", f"output_dir={out}"]))
-
-
-def test_a_lone_camera_under_observation_image(base, tmp_path):
+def test_a_lone_camera_under_observation_image(base, tmp_path, train_two_steps):
     root = Path(shutil.copytree(base, tmp_path / "pusht"))
     _rename_feature(root, f"observation.images.{CAMERA}", "observation.image")
     ds, original = LeRobotDataset(root), LeRobotDataset(base)
@@ -92,10 +82,10 @@ def test_a_lone_camera_under_observation_image(base, tmp_path):
     assert check(root)[-1].startswith("video image: 20 frames")
     clips = ClipDataset(ds, cameras=["image"], image_size=SIZE, action_horizon=4, num_future_frames=2)
     assert clips[0]["video"].shape[-2:] == SIZE
-    assert (_train_a_few_steps(root, "image", tmp_path / "run") / "wam_config.json").is_file()
+    assert (train_two_steps(root, "image") / "wam_config.json").is_file()
 
 
-def test_frames_stored_as_images_in_the_data_files(base, tmp_path):
+def test_frames_stored_as_images_in_the_data_files(base, tmp_path, train_two_steps):
     root = Path(shutil.copytree(base, tmp_path / "images"))
     key = f"observation.images.{CAMERA}"
     stored = _to_images_in_parquet(root, key)
@@ -107,7 +97,7 @@ def test_frames_stored_as_images_in_the_data_files(base, tmp_path):
     pixels = np.concatenate(list(stored.values())).reshape(-1, 3) / 255
     np.testing.assert_allclose(stats[key]["mean"].ravel(), pixels.mean(0), rtol=1e-9)
     assert check(root)[-1] == f"images {CAMERA}: 20 frames in the data files decode"
-    assert (_train_a_few_steps(root, CAMERA, tmp_path / "run") / "wam_config.json").is_file()
+    assert (train_two_steps(root, CAMERA) / "wam_config.json").is_file()
 
 
 def test_an_image_stored_by_path_only_is_named(base, tmp_path):
@@ -124,3 +114,19 @@ def test_an_image_stored_by_path_only_is_named(base, tmp_path):
     with pytest.raises(DatasetError, match=r"episode 0 observation.images.corner frame 0 has no image bytes"):
         LeRobotDataset(root).episode_frames(0, CAMERA)
 
+
+
+def test_many_chunks(tmp_path, train_two_steps):
+    """One episode a file and one file a chunk: three chunk directories, read and trained on."""
+    root = tmp_path / "chunks"
+    rng = np.random.default_rng(2)
+    with DatasetWriter(root, FPS, (CAMERA,), episodes_per_file=1, chunks_size=1) as writer:
+        for ep, length in enumerate(LENGTHS):
+            for t in range(length):
+                writer.add_frame({CAMERA: _frame(ep, t)}, rng.normal(size=4), rng.uniform(-1, 1, 4), "push the block")
+            writer.save_episode()
+    assert sorted(p.name for p in (root / "data").iterdir()) == ["chunk-000", "chunk-001", "chunk-002"]
+    ds = LeRobotDataset(root)
+    assert ds.num_episodes == 3 and ds.episode_lengths.tolist() == list(LENGTHS)
+    assert check(root)[-1] == f"video {CAMERA}: 20 frames in 3 file(s) decode, every episode's span included"
+    assert (train_two_steps(root, CAMERA) / "wam_config.json").is_file()

@@ -24,7 +24,7 @@ from envs.contract import parse_image_size
 from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
 from envs.protocol import INSTRUCTION, PIXELS, STATE
 from training.data.lerobot import DatasetWriter, compute_stats
-from training.data.lerobot.video import DEFAULT_GOP
+from training.datasets import add_layout_arguments, layout_of
 
 AGENTS = ("expert", "random")  # the agents that need no checkpoint
 DEFAULT_FPS = 20
@@ -56,8 +56,7 @@ def collect(
     only_success: bool = False,
     max_steps: int | None = None,
     overwrite: bool = False,
-    episodes_per_file: int = 50,
-    video_gop: int | None = DEFAULT_GOP,
+    layout: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = print,
 ) -> dict[str, Any]:
     """Run ``agent`` in each env and write every kept episode to a dataset at ``output``.
@@ -101,9 +100,8 @@ def collect(
                         cameras=env_cameras,
                         state_names=names[0] if names[0] and len(names[0]) == state_dim else None,
                         action_names=names[1] if names[1] and len(names[1]) == action_dim else None,
-                        episodes_per_file=episodes_per_file,
-                        video_gop=video_gop,
                         overwrite=overwrite,
+                        **(layout or {}),
                     )
                 elif fps != writer.fps or env_cameras != writer.cameras:
                     raise ValueError(
@@ -215,9 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="first episode seed (default 0)")
     parser.add_argument("--only-success", action="store_true", help="keep successful episodes only (up to 3x tries)")
     parser.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: the env's)")
-    parser.add_argument("--episodes-per-file", type=int, default=50, help="episodes per data/video file (default 50)")
-    parser.add_argument("--video-gop", type=int, default=DEFAULT_GOP,
-                        help=f"frames between keyframes; every episode starts on one (default {DEFAULT_GOP}; LeRobot uses 2)")
+    add_layout_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already at --output")
     parser.add_argument("--stats-only", type=Path, metavar="DIR", help="recompute DIR/meta/stats.json and exit")
     args = parser.parse_args(argv)
@@ -245,8 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             only_success=args.only_success,
             max_steps=args.max_steps,
             overwrite=args.overwrite,
-            episodes_per_file=args.episodes_per_file,
-            video_gop=args.video_gop,
+            layout=layout_of(args),
         )
     except (ValueError, RuntimeError, FileExistsError, UnknownEnvError, MissingSimulatorError, MissingAssetsError) as e:
         print(f"error: {e}", file=sys.stderr)

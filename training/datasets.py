@@ -22,13 +22,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training.data.lerobot import (
-    DEFAULT_EPISODES_PER_FILE,
     INDEX_KEYS,
     QUANTILE_NAMES,
     STAT_NAMES,
@@ -36,6 +36,7 @@ from training.data.lerobot import (
     LeRobotDataset,
 )
 from training.data.lerobot.convert import convert
+from training.data.lerobot.layout import DEFAULT_DATA_FILE_SIZE_IN_MB, DEFAULT_VIDEO_FILE_SIZE_IN_MB
 from training.data.lerobot.video import DEFAULT_GOP, frames_in_order
 
 # info.json dtype names -> the numpy kinds a data column of that dtype may hold
@@ -166,6 +167,22 @@ def info(root: str | Path) -> list[str]:
     return [*lines, "", *table]
 
 
+def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
+    """The file-layout options of a dataset writer (python -m training.collect, convert)."""
+    parser.add_argument("--data-files-size-in-mb", type=float, default=DEFAULT_DATA_FILE_SIZE_IN_MB,
+                        help="close a file once its data reaches this (default %(default)s, LeRobot's)")
+    parser.add_argument("--video-files-size-in-mb", type=float, default=DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+                        help="... or a camera's video reaches this (default %(default)s, LeRobot's)")
+    parser.add_argument("--episodes-per-file", type=int, default=None, help="... or it holds this many episodes")
+    parser.add_argument("--video-gop", type=int, default=DEFAULT_GOP,
+                        help="frames between keyframes; every episode starts on one (default %(default)s; LeRobot's 2)")
+
+
+def layout_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {"data_files_size_in_mb": args.data_files_size_in_mb, "video_files_size_in_mb": args.video_files_size_in_mb,
+            "episodes_per_file": args.episodes_per_file, "video_gop": args.video_gop}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.datasets", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -175,14 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     conversion = commands.add_parser("convert", help="a v2.1 dataset (or a v3.0 one) as v3.0 in a new directory")
     conversion.add_argument("src", help="the dataset to convert")
     conversion.add_argument("dst", help="a directory that does not exist yet")
-    conversion.add_argument("--episodes-per-file", type=int, default=DEFAULT_EPISODES_PER_FILE,
-                            help="episodes per data file and mp4 (default %(default)s)")
-    conversion.add_argument("--video-gop", type=int, default=DEFAULT_GOP,
-                            help="frames between keyframes; every episode starts on one (default %(default)s)")
+    add_layout_arguments(conversion)
     args = parser.parse_args(argv)
     try:
         if args.command == "convert":
-            lines = [json.dumps(convert(args.src, args.dst, args.episodes_per_file, args.video_gop), indent=2)]
+            lines = [json.dumps(convert(args.src, args.dst, **layout_of(args)), indent=2)]
         else:
             lines = check(args.root) if args.command == "check" else info(args.root)
     except DatasetError as exc:

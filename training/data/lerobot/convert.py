@@ -24,10 +24,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot.layout import DEFAULT_EPISODES_PER_FILE, INDEX_KEYS, INFO_PATH, DatasetError, camera_of
+from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, DatasetError, camera_of
 from training.data.lerobot.reader import LeRobotDataset, decode_image
 from training.data.lerobot.tables import column_matrix
-from training.data.lerobot.video import DEFAULT_GOP
 from training.data.lerobot.writer import DatasetWriter
 from wam_gym.utils.publish import atomic_dir
 from wam_gym.utils.video import read_mp4
@@ -36,9 +35,10 @@ TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s between a timestam
 Episode = tuple[np.ndarray, np.ndarray, list[str], dict[str, np.ndarray]]  # state, action, task per frame, frames
 
 
-def convert(src: str | os.PathLike, dst: str | os.PathLike, episodes_per_file: int = DEFAULT_EPISODES_PER_FILE,
-            video_gop: int | None = DEFAULT_GOP) -> dict:
-    """Write ``src`` (v2.1, or v3.0 to lay it out again) as a v3.0 dataset at ``dst``; returns a summary."""
+def convert(src: str | os.PathLike, dst: str | os.PathLike, **layout: Any) -> dict:
+    """Write ``src`` (v2.1, or v3.0 to lay it out again) as a v3.0 dataset at ``dst``; returns a summary.
+    ``layout``: DatasetWriter's file knobs (``data_files_size_in_mb``, ``video_files_size_in_mb``,
+    ``episodes_per_file``, ``video_gop``)."""
     src, dst = Path(src).expanduser(), Path(dst).expanduser()
     if dst.exists():
         raise DatasetError(f"{dst} exists: convert into a new directory (nothing is written over a dataset)")
@@ -47,7 +47,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, episodes_per_file: i
     with atomic_dir(dst) as staging:
         writer = DatasetWriter(staging, info["fps"], source.cameras, robot_type=info.get("robot_type") or "unknown",
                                state_names=_names(info, LEROBOT_STATE), action_names=_names(info, LEROBOT_ACTION),
-                               episodes_per_file=episodes_per_file, video_gop=video_gop)
+                               **layout)
         frames = 0
         for state, action, tasks, images in source.episodes():
             for t in range(len(state)):

@@ -17,7 +17,9 @@ QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)  # LeRobot's, for its QUANTILES norma
 QUANTILE_NAMES = tuple(f"q{round(q * 100):02d}" for q in QUANTILES)  # q01, q10, q50, q90, q99
 STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILE_NAMES)
 DEFAULT_CHUNKS_SIZE = 1000
-DEFAULT_EPISODES_PER_FILE = 50
+DEFAULT_EPISODES_PER_FILE: int | None = None  # no cap: files close by size, as LeRobot's do
+DEFAULT_DATA_FILE_SIZE_IN_MB = 100  # LeRobot's defaults
+DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
 COLLECT_HINT = "python -m training.collect --env ENV_ID --output {root} --overwrite"
 
 

@@ -47,6 +47,9 @@ class Mp4Stream:
         self.fps = fps
         self.gop = gop
         self.frames = 0
+        self._episodes = 0  # written with write()
+        self._encoded = 0  # of those, encoded into their segments
+        self._progress = threading.Condition()
         self._segments: list[Path] = []
         self._queue: queue.Queue = queue.Queue(maxsize=64)
         self._error: BaseException | None = None
@@ -78,6 +81,9 @@ class Mp4Stream:
                 segment = self.path.with_name(f".{self.path.name}.{len(self._segments):05d}.mp4")
                 self._segments.append(segment)
                 write_mp4(segment, itertools.chain([first], self._frames()), fps=self.fps, gop=self.gop)
+                with self._progress:
+                    self._encoded += 1
+                    self._progress.notify_all()
             concat_mp4(self.path, self._segments)
         except self._Aborted:
             pass
@@ -86,6 +92,9 @@ class Mp4Stream:
         finally:
             for segment in self._segments:
                 segment.unlink(missing_ok=True)
+            with self._progress:  # nobody waits on an encoder that has stopped
+                self._encoded = float("inf")
+                self._progress.notify_all()
 
     def _put(self, item: Any) -> None:
         while True:
@@ -98,6 +107,16 @@ class Mp4Stream:
             except queue.Full:
                 continue
 
+    def encoded_bytes(self) -> int:
+        """The size of every episode written so far, once encoded (segments; waits for the encoder, so the
+        answer, and a file rotation decided on it, is the same on any machine). 0 without segments."""
+        if self.gop is None:
+            return 0
+        with self._progress:
+            self._progress.wait_for(lambda: self._encoded >= self._episodes)
+        self._check()
+        return sum(p.stat().st_size for p in self._segments if p.is_file())
+
     def _check(self) -> None:
         if self._error is not None:
             raise RuntimeError(f"encoding {self.path} failed: {self._error}") from self._error
@@ -107,6 +126,7 @@ class Mp4Stream:
         for frame in frames:
             self._put(frame)
         self._put(self._EPISODE)
+        self._episodes += 1
         self.frames += len(frames)
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """Write a LeRobot v3.0 dataset while collecting: :class:`DatasetWriter`.
 
 Every file is written to a hidden temp file and renamed, so a crash leaves either the old
-file or the new one. The writer closes a file after ``episodes_per_file`` episodes and then
+file or the new one. The writer closes a file once it reaches its size (or ``episodes_per_file``) and then
 rewrites the metadata, ``info.json`` last: what ``info.json`` describes is always complete.
 """
 
@@ -23,7 +23,9 @@ from training.data.lerobot.layout import (
     CODEBASE_VERSION,
     DATA_PATH,
     DEFAULT_CHUNKS_SIZE,
+    DEFAULT_DATA_FILE_SIZE_IN_MB,
     DEFAULT_EPISODES_PER_FILE,
+    DEFAULT_VIDEO_FILE_SIZE_IN_MB,
     EPISODES_PATH,
     INFO_PATH,
     STAT_NAMES,
@@ -45,11 +47,13 @@ class DatasetWriter:
 
     ``add_frame`` once per step (the observation before the action, the action taken, the
     instruction as task), then ``save_episode`` (or ``clear_episode`` to drop it), and
-    ``finalize`` at the end; as a context manager it finalizes on exit. ``episodes_per_file``
-    episodes share one parquet file and one mp4 per camera; ``chunks_size`` files share a
-    chunk directory. In the mp4s every episode starts on a keyframe and keyframes are at most
-    ``video_gop`` frames apart (None: one encode per file with the encoder's default spacing), so
-    random access decodes little. An existing dataset at ``root`` is replaced only with ``overwrite=True``.
+    ``finalize`` at the end; as a context manager it finalizes on exit. Episodes share one parquet
+    file and one mp4 per camera until the data reaches ``data_files_size_in_mb`` or a camera's
+    video ``video_files_size_in_mb`` (LeRobot's rule and defaults; ``episodes_per_file`` caps the
+    count too); ``chunks_size`` files share a chunk directory. In the mp4s every episode starts on
+    a keyframe and keyframes are at most ``video_gop`` frames apart (None: one encode per file with
+    the encoder's default spacing), so random access decodes little. An existing dataset at
+    ``root`` is replaced only with ``overwrite=True``.
     """
 
     def __init__(
@@ -61,7 +65,9 @@ class DatasetWriter:
         robot_type: str = "wam_gym",
         state_names: Sequence[str] | None = None,
         action_names: Sequence[str] | None = None,
-        episodes_per_file: int = DEFAULT_EPISODES_PER_FILE,
+        episodes_per_file: int | None = DEFAULT_EPISODES_PER_FILE,
+        data_files_size_in_mb: float = DEFAULT_DATA_FILE_SIZE_IN_MB,
+        video_files_size_in_mb: float = DEFAULT_VIDEO_FILE_SIZE_IN_MB,
         chunks_size: int = DEFAULT_CHUNKS_SIZE,
         video_gop: int | None = DEFAULT_GOP,
         overwrite: bool = False,
@@ -72,15 +78,18 @@ class DatasetWriter:
             raise ValueError(f"duplicate cameras in {list(cameras)}")
         if not fps or fps <= 0:
             raise ValueError(f"fps must be positive, got {fps!r}")
-        if episodes_per_file < 1 or chunks_size < 1:
-            raise ValueError("episodes_per_file and chunks_size must be >= 1")
+        if (episodes_per_file is not None and episodes_per_file < 1) or chunks_size < 1:
+            raise ValueError("episodes_per_file (or None) and chunks_size must be >= 1")
+        if min(data_files_size_in_mb, video_files_size_in_mb) <= 0:
+            raise ValueError("data_files_size_in_mb and video_files_size_in_mb must be > 0")
         self.root = Path(root).expanduser()
         self.fps = float(fps) if float(fps) != int(fps) else int(fps)
         self.cameras = tuple(cameras)
         self.robot_type = robot_type
         self.state_names = list(state_names) if state_names is not None else None
         self.action_names = list(action_names) if action_names is not None else None
-        self.episodes_per_file = int(episodes_per_file)
+        self.episodes_per_file = None if episodes_per_file is None else int(episodes_per_file)
+        self.data_files_size_in_mb, self.video_files_size_in_mb = data_files_size_in_mb, video_files_size_in_mb
         if video_gop is not None and int(video_gop) < 1:
             raise ValueError(f"video_gop must be >= 1 (frames between keyframes) or None, got {video_gop!r}")
         self.video_gop = video_gop
@@ -203,9 +212,20 @@ class DatasetWriter:
         self._episode_stats.append(stats)
         self._total_frames += length
         self._pending = self._empty_episode()
-        if len(self._file_episodes) >= self.episodes_per_file:
+        if self._file_full():
             self._close_file()
         return ep
+
+    def _file_full(self) -> bool:
+        """Close the open file (its parquet and every camera's mp4) once its data or a camera's video
+        has reached its size, as LeRobot rotates files (or after ``episodes_per_file`` episodes). The
+        data is counted as it sits in memory, uncompressed: the parquet file comes out smaller. A
+        video counts once its episodes are encoded (one encode per file, video_gop=None: by data alone)."""
+        if self.episodes_per_file is not None and len(self._file_episodes) >= self.episodes_per_file:
+            return True
+        data_mb = sum(v.nbytes for table in self._file_rows for v in table.values()) / 2**20
+        video_mb = max((stream.encoded_bytes() for stream in self._streams.values()), default=0) / 2**20
+        return data_mb >= self.data_files_size_in_mb or video_mb >= self.video_files_size_in_mb
 
     def finalize(self) -> Path:
         """Close the open file and write the metadata (``info.json`` last). Idempotent."""
@@ -366,8 +386,8 @@ class DatasetWriter:
             "total_frames": frames,
             "total_tasks": len({t for e in closed for t in e["tasks"]}),
             "chunks_size": self.chunks_size,
-            "data_files_size_in_mb": 100,
-            "video_files_size_in_mb": 200,
+            "data_files_size_in_mb": self.data_files_size_in_mb,
+            "video_files_size_in_mb": self.video_files_size_in_mb,
             "fps": self.fps,
             "splits": {"train": f"0:{n}"},
             "data_path": DATA_PATH,
