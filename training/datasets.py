@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
@@ -65,9 +66,7 @@ def _check_columns(ds: LeRobotDataset) -> str:
         for key, feature in numeric.items():
             if key not in table.column_names:
                 raise DatasetError(f"{path}: lacks the column {key!r} that info.json's features list")
-            values = table.column(key).combine_chunks()
-            flat = np.asarray(values.flatten().to_numpy(zero_copy_only=False) if hasattr(values, "flatten")
-                              else values.to_numpy(zero_copy_only=False))
+            values, flat = _flat(table, key)
             width = len(flat) // max(1, len(values))
             expected = int(np.prod(feature.get("shape") or [1]))
             if len(values) and width != expected:
@@ -77,6 +76,13 @@ def _check_columns(ds: LeRobotDataset) -> str:
             if kinds and len(flat) and flat.dtype.kind not in kinds:
                 raise DatasetError(f"{path}: column {key!r} is {flat.dtype}, info.json says {feature['dtype']}")
     return f"columns: {len(numeric)} features in {len(files)} data file(s) match info.json's shapes and dtypes"
+
+
+def _flat(table, key: str) -> tuple[Any, np.ndarray]:
+    """A column and its values in one array (a list column's rows laid end to end)."""
+    values = table.column(key).combine_chunks()
+    nested = pa.types.is_list(values.type) or pa.types.is_fixed_size_list(values.type)
+    return values, np.asarray((values.flatten() if nested else values).to_numpy(zero_copy_only=False))
 
 
 def _check_stats(ds: LeRobotDataset) -> str:
