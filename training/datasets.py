@@ -111,13 +111,10 @@ def _check_stats(ds: LeRobotDataset) -> str:
 
 def _check_frames(ds: LeRobotDataset, camera: str) -> str:
     """Decode every frame of the camera's video files, front to back, and count them against the spans."""
-    spans: dict[Path, list[tuple[int, int]]] = {}
-    for ep in range(ds.num_episodes):
-        path, start, length = ds.video_span(ep, camera)
-        spans.setdefault(path, []).append((ep, start + length))
+    files = ds.video_files(camera)
     shape = ds.image_shape(camera)
     decoded = 0
-    for path, ends in spans.items():
+    for path, spans in files.items():
         count = 0
         try:
             with frames_in_order(path) as frames:
@@ -129,11 +126,11 @@ def _check_frames(ds: LeRobotDataset, camera: str) -> str:
             raise
         except Exception as exc:  # noqa: BLE001 - any decoder error is a broken file
             raise DatasetError(f"{path}: frame {count} does not decode ({exc})") from None
-        ep, needed = max(ends, key=lambda e: e[1])
+        _, needed, ep = max(spans, key=lambda span: span[1])
         if count < needed:
             raise DatasetError(f"{path}: {count} frames decode, episode {ep} needs frames up to {needed - 1}")
         decoded += count
-    return f"video {camera}: {decoded} frames in {len(spans)} file(s) decode, every episode's span included"
+    return f"video {camera}: {decoded} frames in {len(files)} file(s) decode, every episode's span included"
 
 
 def _check_images(ds: LeRobotDataset, camera: str) -> str:

@@ -71,10 +71,10 @@ def compare(run_a: str | Path, run_b: str | Path, level: float = 0.95) -> dict[s
 
 
 def _outcomes(run: Path) -> dict[Key, bool]:
-    records = ResultStore(run, read_only=True).records()
-    if not records:
+    outcomes = ResultStore(run, read_only=True).outcomes()
+    if not outcomes:
         raise ValueError(f"{run} has no episode records (episodes/): point at an evaluation's EVALUATION.output_dir")
-    return {r.key: bool(r.success) for r in records}
+    return outcomes
 
 
 def _columns(keys: list[Key], outcomes: dict[str, dict[Key, bool]]) -> tuple[list[bool], list[bool]]:

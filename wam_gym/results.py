@@ -170,6 +170,10 @@ class ResultStore:
         loaded = (self._load(p) for p in self._files())
         return sorted((r for r in loaded if r is not None), key=lambda r: r.key)
 
+    def outcomes(self) -> dict[tuple[str, int], bool]:
+        """``(task, trial)`` -> success, of every valid record (what paired comparisons read)."""
+        return {r.key: bool(r.success) for r in self.records()}
+
     def done(self) -> set[tuple[str, int]]:
         """``(task, trial)`` of every valid record (real task names, read from the files)."""
         return {r.key for r in self.records()}

@@ -241,6 +241,7 @@ class EvalManager:
             self.protocol.reference, self.stopping.reference = reference_outcomes(
                 ev.compare_to, self.protocol.record, self.output_dir)
         self._outcomes: dict[tuple[str, int], bool] = {}  # this run's episodes on disk: the stopping rules' input
+        self._planned = [job.key for job in self.jobs]
         self.resume_mismatch: list[dict[str, Any]] = []
         self._foreign_tasks: set[str] = set()  # tasks whose env differs from the one on record (never kept)
         self.broker_stats: dict[str, Any] = {}
@@ -264,10 +265,10 @@ class EvalManager:
             return self._run()
 
     def _run(self) -> dict[str, Any]:
-        keys = [job.key for job in self.jobs]
+        keys = self._planned
         self._remove_stale_temp_files()
         planned = set(keys)
-        self._outcomes = {r.key: r.success for r in self.store.records() if r.key in planned}
+        self._outcomes = {key: success for key, success in self.store.outcomes().items() if key in planned}
         self._decide()
         todo = deque(job for job in self.jobs if job.key not in self._outcomes and self.stopping.wanted(job.key))
         logger.info("%d episodes planned, %d already done, %d to run -> %s",
@@ -390,7 +391,7 @@ class EvalManager:
         """Let the stopping rules (EVALUATION.target_ci_halfwidth, compare_to) see every outcome so far."""
         if self.stopping.active:
             before = (set(self.stopping.stopped_tasks), self.stopping.decided)
-            self.stopping.update(self._outcomes, [job.key for job in self.jobs])
+            self.stopping.update(self._outcomes, self._planned)
             for task in set(self.stopping.stopped_tasks) - before[0]:
                 logger.info("%s: its interval is tight enough after %d episodes (EVALUATION.target_ci_halfwidth=%g); "
                             "no new trials start", task, self.stopping.stopped_tasks[task]["episodes"],

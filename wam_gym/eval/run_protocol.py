@@ -244,7 +244,7 @@ def reference_outcomes(run_dir: str, record: dict[str, Any], output_dir: Path) -
     except ValueError as exc:
         raise ValueError(f"EVALUATION.compare_to: {exc}") from None
     check_comparable(reference, {"protocol": record["protocol"]}, f"EVALUATION.compare_to={run_dir}", "this run")
-    outcomes = {r.key: r.success for r in ResultStore(path, read_only=True).records()}
+    outcomes = ResultStore(path, read_only=True).outcomes()
     if not outcomes:
         raise ValueError(f"EVALUATION.compare_to={run_dir} has no episode records to compare with: finish that run first")
     return reference, outcomes

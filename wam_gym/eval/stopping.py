@@ -46,6 +46,7 @@ class StoppingRule:
     stopped_tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # task -> at what, once decided
     intervals: dict[str, list[float]] = field(default_factory=dict)  # task -> its confidence sequence now
     comparison: dict[str, Any] | None = None  # the paired test's state (compare_to)
+    _counted: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)  # task -> (successes, episodes)
 
     @property
     def active(self) -> bool:
@@ -72,7 +73,11 @@ class StoppingRule:
         for (task, _), success in outcomes.items():
             per_task.setdefault(task, []).append(success)
         for task, results in per_task.items():
-            low, high = confidence_sequence(sum(results), len(results), alpha=1 - self.level)
+            counts = (sum(results), len(results))
+            if self._counted.get(task) == counts:  # no new episode of this task: its interval stands
+                continue
+            self._counted[task] = counts
+            low, high = confidence_sequence(*counts, alpha=1 - self.level)
             self.intervals[task] = [low, high]
             if task not in self.stopped_tasks and (high - low) / 2 <= self.target_halfwidth:
                 self.stopped_tasks[task] = {"episodes": len(results), "confidence_sequence": [low, high]}

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, DatasetError, camera_of
-from training.data.lerobot.reader import LeRobotDataset, decode_image
+from training.data.lerobot.reader import LeRobotDataset, decode_image, image_bytes
 from training.data.lerobot.tables import column_matrix
 from training.data.lerobot.writer import DatasetWriter
 from wam_gym.utils.publish import atomic_dir
@@ -192,10 +192,8 @@ class _V21:
     def _frames(self, table, camera: str, ep: int, length: int) -> np.ndarray:
         key = self.keys[camera]
         if self.info["features"][key]["dtype"] == "image":
-            if key not in table.column_names:
-                raise DatasetError(f"episode {ep}: the data file lacks the image column {key!r}")
-            frames = np.stack([decode_image(item.get("bytes") if isinstance(item, dict) else item, f"episode {ep} {key}")
-                               for item in table.column(key).to_pylist()])
+            frames = np.stack([decode_image(data, f"episode {ep} {key} frame {i}")
+                               for i, data in enumerate(image_bytes(table, key, f"episode {ep}'s data file"))])
         else:
             path = self._path("video_path", ep, video_key=key)
             if not path.is_file():

@@ -152,7 +152,7 @@ class LeRobotDataset:
                 parts[key].append(table.column(key).to_numpy())
             for cam in self._cameras:
                 if cam not in self._videos:
-                    parts.setdefault(f"image:{cam}", []).append(_image_bytes(table, self._keys[cam], path))
+                    parts.setdefault(f"image:{cam}", []).append(image_bytes(table, self._keys[cam], path))
         data = {k: np.concatenate(v) for k, v in parts.items()}
         order = np.argsort(data["index"], kind="stable")
         data = {k: v[order] for k, v in data.items()}
@@ -386,6 +386,15 @@ class LeRobotDataset:
         start = int(round(float(self._meta[f"videos/{self._keys[camera]}/from_timestamp"][ep]) * float(self.fps)))
         return self._video_path(camera, ep), start, int(self._meta["length"][ep])
 
+    def video_files(self, camera: str) -> dict[Path, list[tuple[int, int, int]]]:
+        """Each mp4 of a camera with the spans its episodes occupy: ``(first frame, end frame, episode)``,
+        in file order (for reading each file once, front to back)."""
+        files: dict[Path, list[tuple[int, int, int]]] = {}
+        for ep in range(self.num_episodes):
+            path, start, length = self.video_span(ep, camera)
+            files.setdefault(path, []).append((start, start + length, ep))
+        return {path: sorted(spans) for path, spans in files.items()}
+
     def _decode(self, ep: int, camera: str) -> np.ndarray:
         if camera not in self._videos:
             return self._decode_images(ep, camera)
@@ -416,11 +425,11 @@ def decode_image(data: bytes | None, where: str) -> np.ndarray:
     return image.astype(np.uint8, copy=False)
 
 
-def _image_bytes(table, key: str, path: Path) -> np.ndarray:
+def image_bytes(table, key: str, where: str | Path) -> np.ndarray:
     """An image feature's encoded frames (PNG/JPEG bytes), one per row: LeRobot (Hugging Face
     ``datasets``' Image) stores each as a struct of ``bytes`` and ``path``."""
     if key not in table.column_names:
-        raise DatasetError(f"{path}: lacks the image column {key!r} that info.json's features list")
+        raise DatasetError(f"{where}: lacks the image column {key!r} that info.json's features list")
     column = table.column(key).combine_chunks()
     values = column.field("bytes") if hasattr(column, "field") else column
     return np.array(values.to_pylist(), dtype=object)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -170,13 +169,8 @@ def _image_stats(ds: LeRobotDataset, camera: str) -> list[dict[str, np.ndarray]]
 
 def _video_file_stats(ds: LeRobotDataset, camera: str) -> list[dict[str, np.ndarray]]:
     """Per-episode image statistics of one camera, reading each video file sequentially."""
-    by_file: dict[Path, list[tuple[int, int, int]]] = {}
-    for ep in range(ds.num_episodes):
-        path, start, length = ds.video_span(ep, camera)
-        by_file.setdefault(path, []).append((start, start + length, ep))
     results: dict[int, dict[str, np.ndarray]] = {}
-    for path, spans in by_file.items():
-        spans.sort()
+    for path, spans in ds.video_files(camera).items():
         accumulators = {ep: ImageStats() for _, _, ep in spans}
         last = spans[-1][1]
         with frames_in_order(path) as frames:
