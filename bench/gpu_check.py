@@ -38,7 +38,10 @@ in the closed loop would take tens of seconds and wreck the measurement):
   * inference_cross_kv_reuse off when compiled (--cross-kv-reuse auto): with it the denoiser is two
     graphs (the first step fills the text K/V cache, the others read it), twice the compile time;
   * batch 1 always gets its own graph (dynamo specialises sizes 0 and 1): the probe skips it unless
-    nothing bigger fits, and the served policy runs a lone request as a batch of 2 (its first row).
+    nothing bigger fits;
+  * the served policy pads every call up to the nearest size the probe ran (WAMPolicy's
+    ``torch_compile_batch_sizes``): on an H200 (2026-12-04) a closed-loop batch of 15 after a probe
+    of 4 still cost a 32 s recompile, dynamic shapes or not, and the window measured nothing.
 Broker env-steps/s are measured per actor over whole cycles (first to last answered request in the
 window) and summed; the plain count in the window (Window.rate) is printed beside it: it is off by up
 to one batch's burst of B x R steps, a large error when the window holds few model calls.
@@ -300,16 +303,12 @@ class ServedPolicy:
     """The policy the broker's worker serves: WAMPolicy, plus peak memory and each batch size's first
     call time (a compiled model captures a CUDA graph per new size) written to the report.
 
-    ``pad_single``: a batch of one request runs as two copies of it. Compiled, batch 1 is a graph of
-    its own (dynamo specialises sizes 0 and 1), and the broker forms one now and then (the last
-    straggler after the window): a compile in the middle of the closed loop would stall it.
-
     ``max_rows``: the biggest batch the probe found to fit; a bigger one (the broker's cap is the
     biggest of --batches, fixed before the worker knew) runs as consecutive calls of at most that."""
 
-    def __init__(self, policy, report: Report, device: str, pad_single: bool, max_rows: int):
+    def __init__(self, policy, report: Report, device: str, max_rows: int):
         self.policy, self.report, self.device = policy, report, device
-        self.pad_single, self.max_rows = pad_single, max_rows
+        self.max_rows = max_rows
         self.action_horizon = policy.action_horizon
         self._next_write = 0.0
 
@@ -319,10 +318,8 @@ class ServedPolicy:
 
         served = self.report.data["served"]
         n = len(obs[STATE])
-        if self.pad_single and n == 1:
-            seeds = None if noise_seeds is None else [noise_seeds[0]] * 2
-            served["padded_single"] = served.get("padded_single", 0) + 1
-            return Prediction.stack([self.policy.predict(select_rows(obs, [0, 0]), noise_seeds=seeds).row(0)])
+        if self.policy.config.compile.padded_size(n) != n:
+            served["padded"] = served.get("padded", 0) + 1
         if n > self.max_rows:
             served["chunked"] = served.get("chunked", 0) + 1
             parts = []
@@ -421,6 +418,10 @@ def serve_policy(spec: dict, device: str) -> ServedPolicy:
     data["attention"] = {"requested": spec["attention_backend"], "selected": attempt["attention_selected"]}
     data["probe"] = {str(b): r for b, r in probes.items()}
     data["probe_stop"] = stop
+    if compile_on:  # serve only the sizes the probe compiled: a call pads up to the nearest (WAMPolicy.predict)
+        policy.config = dataclasses.replace(
+            policy.config, compile=dataclasses.replace(policy.config.compile, batch_sizes=sorted(probes)))
+        data["compile"]["batch_sizes"] = sorted(probes)
     # Offline: the biggest batch that fitted, 3 calls and --offline-s seconds at least, as the deadline allows
     # (one call at least: the closed loop needs its share of the budget too).
     b = max(probes)
@@ -445,9 +446,7 @@ def serve_policy(spec: dict, device: str) -> ServedPolicy:
     data["peak_memory_offline"] = data["peak_memory"] = _memory(device)
     report.write()
     log(f"offline: batch {b}, median {call * 1e3:.1f} ms per call over {len(times)} calls")
-    pad = compile_on and 1 not in probes
-    data["compile"]["pad_single"] = pad
-    return ServedPolicy(policy, report, device, pad_single=pad, max_rows=b)
+    return ServedPolicy(policy, report, device, max_rows=b)
 
 
 # ----------------------------------------------------------------------------- the main process
@@ -679,7 +678,7 @@ def run_model(name: str, args, deadline: float, out_dir: Path) -> dict:
     firsts = {int(k): v for k, v in served.get("first_call_s", {}).items()}
     if firsts:
         slow = ", ".join(f"b={k}: {v:.2f} s" for k, v in sorted(firsts.items())[:12])
-        print(f"  served >= {served.get('calls', 0)} calls ({served.get('padded_single', 0)} of 1 request padded to 2, "
+        print(f"  served >= {served.get('calls', 0)} calls ({served.get('padded', 0)} padded to a compiled batch size, "
               f"{served.get('chunked', 0)} above the probed maximum run in chunks); first call per batch size "
               f"(a new size: graph capture): {slow}" + (" ..." if len(firsts) > 12 else ""), flush=True)
     row["peak_memory"] = final.get("peak_memory")
@@ -711,7 +710,8 @@ def _print_model(name: str, data: dict, load_s: float, args) -> None:
     if comp["enabled"]:
         print(f"compile: on (backend {comp['backend']}, mode {comp['mode']}, dynamic {comp['dynamic']}"
               + (f", {comp['dynamic_shapes']}" if comp.get("dynamic_shapes") else "")
-              + (", a lone request padded to batch 2" if comp.get("pad_single") else "") + ")", flush=True)
+              + (f", calls padded to the compiled batch sizes {comp['batch_sizes']}" if comp.get("batch_sizes") else "")
+              + ")", flush=True)
     else:
         print(f"compile: off{' (FAILED, fell back to eager: see above)' if comp['requested'] else ''}", flush=True)
     print(f"inference_cross_kv_reuse: {'on' if comp['cross_kv_reuse'] else 'off'}", flush=True)

@@ -26,6 +26,13 @@
 #   requirement such as torch==2.9.1 installed before scripts/install.sh, which then keeps it),
 #   GPU_CHECK_OUT (log, JSON reports; default $OUT when set, else outputs/gpu_check), GPU_CHECK_PY
 #   (--dry-run's python, default .venv/bin/python).
+#
+# Offline (a GPU machine with no package index, e.g. an air-gapped cluster node): GPU_CHECK_PY names a
+# python that already has a CUDA torch, and GPU_CHECK_WHEELS a folder of the wheels it lacks (downloaded
+# elsewhere with `pip download --no-deps --python-version ... --platform manylinux...`). Phase 1 then
+# installs only those wheels, with no index, beside that python (--target, on PYTHONPATH), and phase 2
+# looks for the FlashAttention wheel in the same folder:
+#   GPU_CHECK_PY=python3 GPU_CHECK_WHEELS=.whl bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -118,25 +125,37 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! timeout 30 nvidia-smi -L; then
 fi
 timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,compute_cap --format=csv
 
-# -- 1. install (scripts/install.sh picks the CUDA torch when nvidia-smi sees a GPU)
-py=$venv/bin/python
-shim=$scratch/bin
-mkdir -p "$shim"
-if [ "${GPU_CHECK_ALLOW_APT:-0}" != 1 ]; then
-  cat > "$shim/apt-get" <<'EOF'
+# -- 1. install (scripts/install.sh picks the CUDA torch when nvidia-smi sees a GPU), or offline: the wheels
+wheels=${GPU_CHECK_WHEELS:-}
+pip_index=()
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the broker's worker processes import the repository too
+if [ -n "$wheels" ]; then
+  py=${GPU_CHECK_PY:-python3}
+  pip_index=(--no-index --find-links "$wheels")
+  run_phase "install (offline): the wheels in $wheels" "$(limit 120 200)" \
+    "$py" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --target "$scratch/site" \
+    "$wheels"/*.whl
+  export PYTHONPATH=$PYTHONPATH:$scratch/site  # after the repository and before nothing: the python's own torch wins
+else
+  py=$venv/bin/python
+  shim=$scratch/bin
+  mkdir -p "$shim"
+  if [ "${GPU_CHECK_ALLOW_APT:-0}" != 1 ]; then
+    cat > "$shim/apt-get" <<'EOF'
 #!/bin/sh
 echo "[gpu_check] skipped: apt-get $* (rendering libraries are not needed for this check; GPU_CHECK_ALLOW_APT=1 runs it)" >&2
 exit 1
 EOF
-  chmod +x "$shim/apt-get"
+    chmod +x "$shim/apt-get"
+  fi
+  if [ -n "${GPU_CHECK_TORCH:-}" ]; then
+    [ -x "$py" ] || "${PYTHON:-python3}" -m venv "$venv"
+    run_phase "install: $GPU_CHECK_TORCH" "$(limit 200 200)" "$py" -m pip install -q --disable-pip-version-check "$GPU_CHECK_TORCH"
+  fi
+  # install.sh may exit non-zero after installing everything (a skipped apt-get is its last command):
+  # what counts is the check after it.
+  run_phase "install: scripts/install.sh $venv $extras" "$(limit 280 170)" env PATH="$shim:$PATH" scripts/install.sh "$venv" "$extras"
 fi
-if [ -n "${GPU_CHECK_TORCH:-}" ]; then
-  [ -x "$py" ] || "${PYTHON:-python3}" -m venv "$venv"
-  run_phase "install: $GPU_CHECK_TORCH" "$(limit 200 200)" "$py" -m pip install -q --disable-pip-version-check "$GPU_CHECK_TORCH"
-fi
-# install.sh may exit non-zero after installing everything (a skipped apt-get is its last command):
-# what counts is the check after it.
-run_phase "install: scripts/install.sh $venv $extras" "$(limit 280 170)" env PATH="$shim:$PATH" scripts/install.sh "$venv" "$extras"
 if ! run_phase "install: check torch sees CUDA" "$(limit 120 150)" "$py" - <<'EOF'
 import sys
 
@@ -153,7 +172,7 @@ print(f"GPU {torch.cuda.get_device_name(0)}, capability {torch.cuda.get_device_c
 import diffusers, transformers  # noqa: E401,F401  (what the MoT is built from)
 EOF
 then
-  echo "gpu_check: the venv $venv cannot run the check (see above); stopping"
+  echo "gpu_check: $py cannot run the check (see above); stopping"
   summary
   exit 3
 fi
@@ -166,7 +185,8 @@ if [ "${GPU_CHECK_FLASH:-1}" = 1 ] && [ -n "$flash_pkg" ]; then
   esac
   "$py" -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' > "$scratch/constraints.txt"
   if run_phase "flash-attn (optional): pip install $flash_pkg" "$(limit 90 230)" \
-       "$py" -m pip install -q --disable-pip-version-check --pre -c "$scratch/constraints.txt" "$flash_pkg" \
+       "$py" -m pip install -q --disable-pip-version-check --pre "${pip_index[@]}" ${wheels:+--target "$scratch/site"} \
+         -c "$scratch/constraints.txt" "$flash_pkg" \
      && run_phase "flash-attn (optional): import $module" "$(limit 60 220)" \
        "$py" -c "import $module as m; print('$module imports from', m.__file__)"; then
     echo "flash-attn: $flash_pkg installed; the attention backend the models select is printed below"

@@ -168,20 +168,18 @@ class Window:
 
 def best_schedule(workload: Workload) -> float:
     """Env-steps/s of the best fixed schedule a scheduler knowing L, e and R in advance can run:
-    the actors split evenly over the workers, each worker serving its n actors in k groups in turn,
-    the best k for each (a reachable rate, so the true optimum lies between it and ``bound``)."""
+    the actors split evenly over the workers, each worker on the best schedule for its n actors
+    (wam_gym.batching.worker_schedule: a reachable rate, so the true optimum lies between it and
+    ``bound``)."""
+    from wam_gym.batching import worker_schedule
+
     w, R = workload, workload.replan_steps
     rate = 0.0
     for worker in range(w.workers):
         n = w.actors // w.workers + (worker < w.actors % w.workers)
-        if n == 0:
-            continue
-        cycles = []
-        for k in range(math.ceil(n / w.batch_size), n + 1):
-            sizes = [n // k + (i < n % k) for i in range(k)]
-            busy = sum(w.model_s(g) for g in sizes)
-            cycles.append(max(busy, R * w.env_step_s + w.model_s(max(sizes))))
-        rate += n * R / min(cycles)
+        if n:
+            cycle, _ = worker_schedule(n, w.batch_size, w.latency_s, w.per_row_s, R * w.env_step_s)
+            rate += n * R / cycle
     return rate
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.standin import Workload, best_schedule, simulate
-from wam_gym.batching import Batcher, Pacer, Request, best_group_size
+from wam_gym.batching import Batcher, Pacer, Request, best_group_size, worker_schedule
 
 
 def test_bound_is_the_crossing_of_actor_and_worker_limits():
@@ -44,6 +44,12 @@ def test_best_group_size():
     assert best_group_size(8, 16, 1.0, 0.001, 0.080) == 8
     # More actors than a batch holds: at least ceil(n/B) groups.
     assert best_group_size(40, 16, 0.030, 0.003, 0.080) <= 16
+    # The worker the bottleneck, n no multiple of B (the tiny preset on an H200: L(b) = 90.6 ms +
+    # 0.06 ms * b): full batches back to back, 148/64 = 2.31 a cycle, not 3 equal groups of 50.
+    assert best_group_size(148, 64, 0.0906, 0.00006, 0.080) == 64
+    assert worker_schedule(148, 64, 0.0906, 0.00006, 0.080)[0] == pytest.approx(148 / 64 * (0.0906 + 64 * 0.00006))
+    # Not the bottleneck: the actors would wait for full batches; two groups of 50 (no rolling).
+    assert best_group_size(100, 64, 0.0906, 0.00006, 0.080) == 50
 
 
 def test_pacer_fits_batch_times_and_counts_active_actors():
@@ -77,6 +83,15 @@ def test_batcher_releases_at_the_pacers_limit():
     assert [len(batcher.pop_ready(now=0.0)) for _ in range(2)] == [3, 3]
     assert batcher.pop_ready(now=0.001) is None and len(batcher) == 1
     assert len(batcher.pop_ready(now=0.006)) == 1
+
+
+def test_paced_batching_keeps_a_saturated_worker_busy():
+    """148 actors, batches of 64, a fixed cost that dwarfs the per-row cost (the tiny preset on an
+    H200, eager): equal groups of 50 reached 0.79 of the bound; full batches back to back reach it."""
+    load = Workload(148, 1, 64, latency_s=0.0906, per_row_s=0.00006)
+    paced, mean_batch = simulate(load, wait_ms=5, seconds=30)
+    assert paced / load.bound()[0] >= 0.99
+    assert mean_batch > 63
 
 
 @pytest.mark.parametrize("actors,workers", [(4, 1), (8, 1), (16, 2), (16, 4), (32, 4), (64, 4)])

@@ -25,6 +25,7 @@ from agents.wam.attention import AttentionBackendError
 from agents.wam.checkpoint import CONFIG_FILE
 from agents.wam.compile import CompileConfigMismatch
 from agents.wam.precision import PrecisionConfig
+from envs.protocol import select_rows
 
 B = 2
 
@@ -303,3 +304,38 @@ def test_config_json_round_trips(model, tmp_path):
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["backbone"]["attention_backend"] == "auto"
     assert type(model.config).load(tmp_path / "c.json") == model.config
+
+
+def test_compile_batch_sizes_pad_calls_and_compile_only_at_load(model, monkeypatch):
+    """torch_compile_batch_sizes: every size compiled when the policy is built, a call padded up to the
+    nearest size (or run in chunks of the largest), its rows the same as an unpadded call's."""
+    import torch._dynamo
+
+    plain = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=2))
+    torch._dynamo.reset()
+    knobs = dict(num_inference_steps=2, torch_compile=True, torch_compile_backend="eager", torch_compile_mode=None,
+                 torch_compile_dynamic=False, torch_compile_batch_sizes=[4, 2, 2])
+    calls = []
+    monkeypatch.setattr(WAMPolicy, "_predict", lambda self, obs, seeds, real=WAMPolicy._predict:
+                        calls.append(len(obs["state"])) or real(self, obs, seeds))
+    model_copy = build_model(model.config)
+    model_copy.load_state_dict(model.state_dict())
+    padded = WAMPolicy(model_copy, InferenceConfig.from_knobs(**knobs))
+    assert padded.config.compile.batch_sizes == [2, 4]
+    assert calls == [2, 2, 4, 4]  # warm-up: two calls of each size
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    calls.clear()
+    obs = observation(batch=7)
+    seeds = list(range(100, 107))
+    out = padded.predict(obs, noise_seeds=seeds)
+    assert calls == [4, 4]  # rows 0-3, then rows 4-6 padded with row 6
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames  # nothing compiled while serving
+    assert out.actions.shape[0] == 7
+    ref = plain.predict(obs, noise_seeds=seeds)
+    np.testing.assert_allclose(out.actions, ref.actions, rtol=1e-4, atol=1e-5)
+    calls.clear()
+    padded.predict(select_rows(obs, [0]), noise_seeds=[100])
+    assert calls == [2]
+    with pytest.raises(ValueError, match=r"torch_compile_batch_sizes must be ints >= 1"):
+        InferenceConfig.from_knobs(torch_compile_batch_sizes=[0, 4])
+    torch._dynamo.reset()

@@ -33,9 +33,22 @@ class CompileConfig:
     fullgraph: bool = False  # fail on a graph break instead of falling back to Python
     dynamic: bool | None = None  # dynamic shapes: null lets torch decide after a recompile, false specialises
     options: dict[str, Any] = field(default_factory=dict)  # backend options (e.g. {max_autotune: true}); replace mode
+    # Pad every call up to the nearest of these batch sizes (larger calls run in chunks of the largest),
+    # each compiled when the policy is built: no compile (tens of seconds) in the middle of serving. []: as given
+    batch_sizes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.options = dict(self.options or {})  # None (or Hydra's DictConfig) -> a plain dict
+        sizes = list(self.batch_sizes or [])
+        if not all(isinstance(b, int) and b >= 1 for b in sizes):
+            raise ValueError(f"torch_compile_batch_sizes must be ints >= 1 (e.g. [1, 4, 16, 64]), got {sizes}")
+        self.batch_sizes = sorted(set(sizes))
+
+    def padded_size(self, rows: int) -> int:
+        """The batch size a call of ``rows`` rows runs as: the nearest bucket up, capped at the largest."""
+        if not self.enabled or not self.batch_sizes:
+            return rows
+        return next((b for b in self.batch_sizes if b >= rows), self.batch_sizes[-1])
 
     def compile_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.compile``, with ``options`` taking over from ``mode``."""
@@ -45,7 +58,7 @@ class CompileConfig:
             "fullgraph": self.fullgraph,
             "dynamic": self.dynamic,
             "options": self.options or None,
-        }
+        }  # batch_sizes is the policy's (it pads the calls), not torch.compile's
 
 
 class CompileConfigMismatch(RuntimeError):

@@ -83,5 +83,6 @@ KNOBS: dict[str, tuple[str | None, str]] = {
     "torch_compile_fullgraph": ("compile", "fullgraph"),
     "torch_compile_dynamic": ("compile", "dynamic"),
     "torch_compile_options": ("compile", "options"),
+    "torch_compile_batch_sizes": ("compile", "batch_sizes"),
     "seed": (None, "seed"),
 }

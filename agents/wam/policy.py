@@ -22,7 +22,7 @@ from agents.wam.inference_config import InferenceConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
 from agents.wam.sampling import FlowSampler
-from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size
+from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size, select_rows
 
 logger = logging.getLogger(__name__)
 STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training statistics
@@ -48,6 +48,8 @@ class WAMPolicy:
         self.generator = torch.Generator().manual_seed(self.config.seed)
         self.prompt_cache = PromptCache(model, prompt_cache_size)
         compile_module(self.model, self.config.compile)
+        if self.config.compile.enabled and self.config.compile.batch_sizes:
+            self.warm_up()
         logger.info(
             "WAM policy: preset=%s sampler=%s steps=%d attention=%s video_mode=%s",
             model.config.preset, self.config.sampler.name, self.config.sampler.num_inference_steps,
@@ -110,7 +112,6 @@ class WAMPolicy:
         return texts
 
     # ----------------------------------------------------------------- call
-    @torch.no_grad()
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Prediction:
         """Action chunks for a batch of contract observations (envs/protocol.py: one row per env).
 
@@ -118,7 +119,40 @@ class WAMPolicy:
         prediction does not depend on which other rows share its batch (the broker's case) up to
         float rounding: batched matmuls may sum in another order (~1e-7 relative). Bit-identical
         rows need one row per call (the broker's ``MULTIRUN.batch_invariant=true``).
+
+        With ``torch_compile_batch_sizes`` the call runs padded up to the nearest of those sizes
+        (copies of its last row, cut off the answer), and one larger than the largest in chunks of it.
         """
+        rows = _rows(obs)
+        compiled = self.config.compile
+        if compiled.padded_size(rows) == rows:
+            return self._predict(obs, noise_seeds)
+        parts = []
+        for lo in range(0, rows, compiled.batch_sizes[-1]):
+            chunk = list(range(lo, min(rows, lo + compiled.batch_sizes[-1])))
+            padded = chunk + chunk[-1:] * (compiled.padded_size(len(chunk)) - len(chunk))
+            seeds = None if noise_seeds is None else [noise_seeds[i] for i in padded]
+            out = self._predict(select_rows(obs, padded), seeds)
+            parts.extend(out.row(i) for i in range(len(chunk)))
+        return Prediction.stack(parts)
+
+    def warm_up(self) -> None:
+        """Compile every ``torch_compile_batch_sizes`` size now (the constructor calls this), so that
+        serving never stops to compile. Two calls each: with CUDA graphs (mode reduce-overhead) the
+        first runs the compiled code and the second records the graph."""
+        cfg = self.model.config
+        height, width = cfg.image_size
+        for b in self.config.compile.batch_sizes:
+            obs = {
+                PIXELS: {camera: np.zeros((b, height, width, 3), np.uint8) for camera in cfg.cameras},
+                STATE: np.zeros((b, cfg.state_dim), np.float32),
+                INSTRUCTION: ("",) * b,
+            }
+            for _ in range(2):
+                self._predict(obs, list(range(b)))
+
+    @torch.no_grad()
+    def _predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None) -> Prediction:
         batch = _rows(obs)
         current = self.model.encode_video(self._frames(obs[PIXELS], batch))
         state = self._state(obs[STATE], batch)

@@ -49,6 +49,7 @@ class EvaluationConfig:
     torch_compile_fullgraph: bool = CompileConfig.fullgraph  # fail on graph breaks
     torch_compile_dynamic: bool | None = CompileConfig.dynamic  # dynamic shapes; null: torch decides
     torch_compile_options: dict[str, Any] = field(default_factory=dict)  # backend options ({}: none); replace the mode
+    torch_compile_batch_sizes: list[int] = field(default_factory=list)  # pad calls to these sizes, compiled at load ([]: off)
     seed: int = InferenceConfig.seed  # of the sampling noise, and trial k's env seed is seed + k
     # one episode
     num_trials: int = 10  # episodes per task; trial k uses seed + k
