@@ -18,6 +18,7 @@ import pytest
 from bench.soak import EchoPolicy
 from wam_gym.batching import Batcher, Request
 from wam_gym.broker import (
+    MAX_HELD,
     STATS_WINDOW,
     BrokerConfig,
     BrokerError,
@@ -258,7 +259,8 @@ def broker():
 
 
 def test_concurrent_actors_are_batched_and_answered_correctly(tmp_path):
-    """While the only worker is busy, requests queue up; once it is free they go out as a full batch."""
+    """While the only worker is busy, one full batch waits in its pipe (broker.MAX_HELD) and the other
+    requests queue up; once it is free they go out as full batches."""
     actors = 8  # the first batch holds at most 4 of the 8 first requests, so at least 4 are left waiting
     config = BrokerConfig(workers_per_gpu=1, inference_batch_size=4, inference_batch_wait_ms=50)
     with InferenceBroker(HeldEcho(tmp_path), config) as broker:
@@ -268,7 +270,8 @@ def test_concurrent_actors_are_batched_and_answered_correctly(tmp_path):
         driver.start()
         held_pid(tmp_path)  # the worker holds the first batch: the other first requests must queue
         first = broker.stats.batch_sizes[0]
-        wait_for(lambda: queued(broker) == actors - first, "every actor's first request to reach the broker")
+        wait_for(lambda: queued(broker) == actors - first - 4 and broker.stats.batches == 2,
+                 "every actor's first request to reach the broker, 4 of them as a batch waiting for the worker")
         (tmp_path / "release").touch()
         driver.join(timeout=120)
         stats = broker.stats
@@ -301,7 +304,7 @@ def test_killed_model_worker_is_restarted_and_nothing_is_lost(tmp_path):
     config = BrokerConfig(workers_per_gpu=2, inference_batch_size=2, inference_batch_wait_ms=5)
     with InferenceBroker(HeldEcho(tmp_path), config) as broker:
         drive_while_the_holder_gets(signal.SIGKILL, tmp_path, broker, calls=10)
-        assert (broker.stats.worker_restarts, broker.stats.resent_batches) == (1, 1)
+        assert broker.stats.worker_restarts == 1 and 1 <= broker.stats.resent_batches <= MAX_HELD  # + a full batch waiting
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.slow)])  # slow: a Ray cluster
@@ -321,7 +324,8 @@ def test_stalled_model_worker_is_killed_restarted_and_its_batch_resent(tmp_path,
         drive_while_the_holder_gets(signal.SIGSTOP, tmp_path, broker, calls=8)
         assert replies == {(i, k): 1 for i in range(4) for k in range(8)}
         stats = broker.stats.summary()
-        assert (stats["stalled_workers"], stats["worker_restarts"], stats["resent_batches"]) == (1, 1, 1)
+        assert (stats["stalled_workers"], stats["worker_restarts"]) == (1, 1)
+        assert 1 <= stats["resent_batches"] <= MAX_HELD  # the held batch, and maybe a full one waiting behind it
         if backend == "local":  # Ray's raylet reaps its own actor processes, in its own time
             assert not psutil.pid_exists(held_pid(tmp_path))  # killed and reaped, though stopped
     stalls = [r for r in caplog.records if r.name == "wam_gym.broker" and "stalled" in r.getMessage()]
@@ -364,7 +368,7 @@ def test_ray_backend_serves_and_survives_a_killed_actor(tmp_path):
         answers = drive(clients, calls=8)
         killer.join()
         assert answers == {i: [i * 100 + k for k in range(8)] for i in range(4)}
-        assert (broker.stats.worker_restarts, broker.stats.resent_batches) == (1, 1)
+        assert broker.stats.worker_restarts == 1 and 1 <= broker.stats.resent_batches <= MAX_HELD  # + a full batch waiting
         killed = pids.index(held_pid(tmp_path))
         assert broker.pool.pid(killed) not in pids  # a new actor in its place
 

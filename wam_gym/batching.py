@@ -83,11 +83,17 @@ class Batcher:
 
     def pop_ready(self, now: float) -> list[Request] | None:
         """The next batch to run: a full group first, else the group whose wait expired first."""
+        if full := self.pop_full():
+            return full
+        expired = [(g[0].arrived, k) for k, g in self._groups.items() if now - g[0].arrived >= self.wait_s]
+        return self._take(min(expired, key=lambda pair: pair[0])[1]) if expired else None
+
+    def pop_full(self) -> list[Request] | None:
+        """A full group (``limit`` requests), if there is one: what may wait for a busy worker."""
         for key, group in self._groups.items():
             if len(group) >= self.limit:
                 return self._take(key)
-        expired = [(g[0].arrived, k) for k, g in self._groups.items() if now - g[0].arrived >= self.wait_s]
-        return self._take(min(expired, key=lambda pair: pair[0])[1]) if expired else None
+        return None
 
     def _take(self, key: Hashable) -> list[Request]:
         group = self._groups[key]
