@@ -194,6 +194,8 @@ def simulate(workload: Workload, wait_ms: float, pacing: bool = True, seconds: f
 
     w, rng = workload, random.Random(seed)
     batcher, pacer = Batcher(w.batch_size, wait_ms), Pacer(w.batch_size) if pacing else None
+    if pacer is not None:
+        batcher.holds = pacer.holds
     events = [(rng.uniform(0, 1e-3), 0, "request", i) for i in range(w.actors)]  # (time, tiebreak, kind, what)
     heapq.heapify(events)
     order, idle, steps, sizes = 1, list(range(w.workers)), 0, []
@@ -206,23 +208,26 @@ def simulate(workload: Workload, wait_ms: float, pacing: bool = True, seconds: f
             if pacer is not None:
                 pacer.arrived(what, now)
         elif kind == "done":
-            worker, batch = what
+            worker, batch, batch_id = what
+            if pacer is not None and not idle:
+                batcher.free_since = now  # as the broker's _free
             idle.append(worker)
             if pacer is not None:
                 pacer.batch_done(len(batch), w.model_s(len(batch)))
             for request in batch:
                 steps += w.replan_steps if now > warmup_s else 0
                 if pacer is not None:
-                    pacer.answered(request.actor_id, now)
+                    pacer.answered(request.actor_id, now, batch_id)
                 think = w.replan_steps * w.env_step_s * (1 + rng.uniform(0, jitter))
                 order += 1
                 heapq.heappush(events, (now + think, order, "request", request.actor_id))
             if pacer is not None:
                 batcher.limit = pacer.target(w.workers, now)
+                batcher.hold_s = pacer.hold_s()
         while idle and (batch := batcher.pop_ready(now)):
             sizes.append(len(batch))
             order += 1
-            heapq.heappush(events, (now + w.model_s(len(batch)), order, "done", (idle.pop(), batch)))
+            heapq.heappush(events, (now + w.model_s(len(batch)), order, "done", (idle.pop(), batch, len(sizes))))
         if idle and (deadline := batcher.next_deadline()) is not None:
             order += 1
             heapq.heappush(events, (max(deadline, now) + 1e-9, order, "tick", None))

@@ -60,12 +60,12 @@ def test_pacer_fits_batch_times_and_counts_active_actors():
             pacer.batch_done(size, 0.030 + 0.003 * size)
     assert pacer.batch_time() == (pytest.approx(0.030), pytest.approx(0.003))
     for actor in range(8):
-        pacer.answered(actor, 1.0)
+        pacer.answered(actor, 1.0, batch=0)
         pacer.arrived(actor, 1.08)
     assert pacer.target(workers=1, now=1.1) == 3
     assert pacer.target(workers=4, now=1.5) == 1  # two actors a worker: each alone (L(1) + L(1) < think)
     for actor in range(1, 8):  # 7 actors thinking far longer than they do: gone quiet
-        pacer.answered(actor, 1.5)
+        pacer.answered(actor, 1.5, batch=1)
     assert pacer.target(workers=1, now=10.0) == 1  # one active actor (queued since 1.08): never wait for company
     for actor in range(1, 8):
         pacer.arrived(actor, 10.0)  # back, and queued however long: active
@@ -104,3 +104,33 @@ def test_paced_batching_reaches_the_best_schedule_in_simulation(actors, workers)
     unpaced, _ = simulate(load, wait_ms=5, pacing=False, seconds=30)
     assert paced / best >= 0.97
     assert paced > unpaced
+
+
+def test_a_partial_group_waits_for_its_stragglers_only():
+    """Members of a group's last batch still out: the group waits up to one call's fixed cost for them
+    (released without them, a straggler costs a batch of its own and the groups fragment for good);
+    a group whose last batch is all back goes after the usual wait."""
+    pacer = Pacer(batch_size=4)
+    for size in (2, 4):
+        pacer.batch_done(size, 0.030 + 0.003 * size)
+    batcher = Batcher(batch_size=4, wait_ms=5)
+    batcher.holds, batcher.hold_s = pacer.holds, pacer.hold_s()
+    assert batcher.hold_s == pytest.approx(0.030)
+    for actor in range(4):
+        pacer.answered(actor, 0.0, batch=7)  # actors 0-3 answered together
+    pacer.answered(4, 0.0, batch=8)  # actor 4 alone
+    for actor in (0, 1, 2):
+        pacer.arrived(actor, 0.080)
+        batcher.add(Request(actor, actor, {}, None, arrived=0.080))
+    assert batcher.pop_ready(now=0.090) is None  # actor 3 is out: held past the 5 ms wait
+    assert batcher.next_deadline() == pytest.approx(0.110)
+    assert len(batcher.pop_ready(now=0.111)) == 3  # ... for one fixed cost at most
+    pacer.arrived(4, 0.200)
+    batcher.add(Request(4, 4, {}, None, arrived=0.200))
+    assert batcher.pop_ready(now=0.204) is None and len(batcher.pop_ready(now=0.206)) == 1  # nobody out
+    batcher.free_since = 0.300  # a held group waited for a worker: its hold counts from the worker's freeing
+    pacer.answered(5, 0.25, batch=9)
+    pacer.answered(6, 0.25, batch=9)
+    pacer.arrived(5, 0.26)
+    batcher.add(Request(5, 5, {}, None, arrived=0.26))
+    assert batcher.pop_ready(now=0.32) is None and len(batcher.pop_ready(now=0.331)) == 1

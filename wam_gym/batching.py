@@ -8,8 +8,8 @@ test, and bench/broker.py simulates it against the best schedule.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,12 @@ class Batcher:
         self.batch_size = batch_size
         self.limit = batch_size  # the batch size released at once (the Pacer's target, at most batch_size)
         self.wait_s = wait_ms / 1000
+        # Set by the broker when batches are paced: a partial group that ``holds`` (members of its last
+        # batch are still out) waits up to ``hold_s`` instead of ``wait_s``, from when a worker could take
+        # it (its oldest request's arrival, or a worker freed after that).
+        self.free_since = float("-inf")
+        self.hold_s = 0.0
+        self.holds: Callable[[list[Request]], bool] | None = None
         self._groups: OrderedDict[Hashable, list[Request]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -78,14 +84,19 @@ class Batcher:
 
     def next_deadline(self) -> float | None:
         """When the oldest pending group must be released (monotonic seconds), if any."""
-        oldest = [g[0].arrived for g in self._groups.values()]
-        return min(oldest) + self.wait_s if oldest else None
+        return min((self._due(g) for g in self._groups.values()), default=None)
+
+    def _due(self, group: list[Request]) -> float:
+        """When a partial group is released without more company."""
+        if self.holds is not None and self.holds(group):
+            return max(group[0].arrived, self.free_since) + max(self.hold_s, self.wait_s)
+        return group[0].arrived + self.wait_s
 
     def pop_ready(self, now: float) -> list[Request] | None:
         """The next batch to run: a full group first, else the group whose wait expired first."""
         if full := self.pop_full():
             return full
-        expired = [(g[0].arrived, k) for k, g in self._groups.items() if now - g[0].arrived >= self.wait_s]
+        expired = [(g[0].arrived, k) for k, g in self._groups.items() if now >= self._due(g)]
         return self._take(min(expired, key=lambda pair: pair[0])[1]) if expired else None
 
     def pop_full(self) -> list[Request] | None:
@@ -126,6 +137,14 @@ class Pacer:
     with zero overhead on bench/broker.py --standin's workload, >= 0.97 of that best schedule.
 
     The batch time is fitted as a + c*b to the medians of recent batches of each size.
+
+    Groups stay together only if nobody is left behind: a group whose last member is a few ms
+    late (on a busy host, 16 actors writing 300 kB each do not all come back at once) would go
+    without it, the straggler would get a batch of its own, and nothing joins groups again (32
+    actors settled into batches of 5, 13 and 14 where the plan was 16 and 16). So each actor's
+    group is the batch that last answered it, and a partial group with members still out
+    (:meth:`holds`) waits up to one call's fixed cost for them (:meth:`hold_s`): what a batch of
+    their own would cost.
     """
 
     def __init__(self, batch_size: int):
@@ -133,23 +152,48 @@ class Pacer:
         self._times: dict[int, deque[float]] = {}  # batch size -> recent model seconds
         self._think: deque[float] = deque(maxlen=PACER_WINDOW)
         self._answered: dict[int, float] = {}  # actor -> when its last answer left (until it comes back)
+        self._cohort: dict[int, int] = {}  # actor -> the batch that answered it last (its group)
+        self._out: Counter[int] = Counter()  # batch -> its actors not back yet (those in _answered)
         self._seen: set[int] = set()  # actors that sent a request (until forgotten)
         self._target, self._refresh_at = batch_size, float("-inf")
 
     def batch_done(self, size: int, seconds: float) -> None:
         self._times.setdefault(size, deque(maxlen=PACER_WINDOW)).append(seconds)
 
-    def answered(self, actor_id: int, now: float) -> None:
-        self._answered[actor_id] = now
+    def answered(self, actor_id: int, now: float, batch: int) -> None:
+        self._back(actor_id)
+        self._answered[actor_id], self._cohort[actor_id] = now, batch
+        self._out[batch] += 1
 
     def arrived(self, actor_id: int, when: float) -> None:
         if actor_id in self._answered:
-            self._think.append(max(0.0, when - self._answered.pop(actor_id)))
+            self._think.append(max(0.0, when - self._answered[actor_id]))
+        self._back(actor_id)
         self._seen.add(actor_id)
 
     def forget(self, actor_id: int) -> None:
-        self._answered.pop(actor_id, None)
+        self._back(actor_id)
+        self._cohort.pop(actor_id, None)
         self._seen.discard(actor_id)
+
+    def _back(self, actor_id: int) -> None:
+        """``actor_id`` is no longer out (it came back, or is forgotten)."""
+        if self._answered.pop(actor_id, None) is not None:
+            batch = self._cohort[actor_id]
+            self._out[batch] -= 1
+            if not self._out[batch]:
+                del self._out[batch]
+
+    def holds(self, group: list) -> bool:
+        """Whether some actor that was batched with a member of ``group`` last time is not back yet: a
+        straggler of the same group, due any moment. Released without it, it would cost a batch of its
+        own, and the groups would fragment for good (nothing joins them again)."""
+        return any(self._out.get(self._cohort.get(r.actor_id, -1), 0) for r in group)
+
+    def hold_s(self) -> float:
+        """How long a group waits for its stragglers: one call's fixed cost, what a batch of its own costs."""
+        fit = self.batch_time()
+        return 0.0 if fit is None else fit[0]
 
     def batch_time(self) -> tuple[float, float] | None:
         """(a, c) of a + c*b, fitted once two batch sizes were timed. Before, from the one size s
@@ -165,6 +209,12 @@ class Pacer:
         sizes, seconds = np.array(points).T
         c, a = np.polyfit(sizes, seconds, 1)
         return max(a, 0.0), max(c, 0.0)
+
+    def straggler_wait(self, floor_s: float) -> float:
+        """How long a partial batch waits for the rest of its group: up to one call's fixed cost
+        (what a member left behind costs, in a batch of its own later), at least ``floor_s``."""
+        fit = self.batch_time()
+        return floor_s if fit is None else max(floor_s, fit[0])
 
     def target(self, workers: int, now: float) -> int:
         """The batch size to release at once, worked out again every PACER_REFRESH_S."""

@@ -360,6 +360,8 @@ class InferenceBroker:
         self._selector = selectors.DefaultSelector()  # the dispatcher's: every pipe it reads
         self.batcher = Batcher(config.inference_batch_size, config.inference_batch_wait_ms)
         self.pacer = Pacer(config.inference_batch_size) if config.batch_pacing else None
+        if self.pacer is not None:
+            self.batcher.holds = self.pacer.holds
         self.stats = BrokerStats()
         if config.backend == "ray":
             from wam_gym.ray_backend import RayWorkerPool, ray_devices
@@ -429,6 +431,14 @@ class InferenceBroker:
     def _ready(self, worker: int, action_horizon: int) -> None:
         self.action_horizon = action_horizon
         self._loading.pop(worker, None)
+        self._free(worker)
+
+    def _free(self, worker: int) -> None:
+        """``worker`` can take a batch. Paced, a partial group then waits up to one call's fixed cost
+        for the rest of its group (they are due: the pacer planned groups of its size), counted from now
+        if it had waited for a worker before."""
+        if self.pacer is not None and not self._idle:
+            self.batcher.free_since = time.monotonic()
         self._idle.append(worker)
 
     def close(self) -> None:
@@ -614,7 +624,7 @@ class InferenceBroker:
                 held[0].sent = time.monotonic()  # the waiting batch runs now: the stall watchdog times it from here
         else:
             del self._in_flight[result.worker_id]
-            self._idle.append(result.worker_id)
+            self._free(result.worker_id)
         self.stats.model_s.append(result.model_seconds)
         share = result.model_seconds / max(1, len(result.replies))  # each request's part of the call
         for actor_id, request_id, row, error in result.replies:
@@ -623,8 +633,9 @@ class InferenceBroker:
             now = time.monotonic()
             self.pacer.batch_done(len(flight.requests), result.model_seconds)
             for actor_id, *_ in result.replies:
-                self.pacer.answered(actor_id, now)
+                self.pacer.answered(actor_id, now, result.batch_id)
             self.batcher.limit = self.pacer.target(len(self.pool), now)
+            self.batcher.hold_s = self.pacer.hold_s()
 
     def _reply(self, actor_id: int, message) -> None:
         with self._lock:
