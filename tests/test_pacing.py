@@ -134,3 +134,14 @@ def test_a_partial_group_waits_for_its_stragglers_only():
     pacer.arrived(5, 0.26)
     batcher.add(Request(5, 5, {}, None, arrived=0.26))
     assert batcher.pop_ready(now=0.32) is None and len(batcher.pop_ready(now=0.331)) == 1
+
+
+def test_fragmented_groups_join_again(monkeypatch):
+    """8 actors forced into pairs for 5 s (what a busy host does to the broker now and then) stay in
+    pairs once the plan is 3, 3 and 2 again, unless partial groups wait for whoever is due next while
+    batches run well under the plan (0.82 of the best schedule without, >= 0.97 with)."""
+    real = Pacer.target
+    monkeypatch.setattr(Pacer, "target", lambda self, workers, now: 2 if now < 5.0 else real(self, workers, now))
+    load = Workload(8, 1, 16)
+    paced, mean_batch = simulate(load, wait_ms=5, seconds=40, warmup_s=10)
+    assert paced / best_schedule(load) >= 0.97 and mean_batch > 2.5

@@ -123,6 +123,8 @@ PACER_WINDOW = 64
 PACER_IDLE_CYCLES = 4
 # The target is worked out again at most this often (medians over the windows cost ~0.3 ms).
 PACER_REFRESH_S = 0.1
+# Groups count as fragmented when the mean of this many recent batches is under FRAGMENTED x the target.
+PACER_RECENT, FRAGMENTED = 12, 0.8
 
 
 class Pacer:
@@ -144,7 +146,9 @@ class Pacer:
     actors settled into batches of 5, 13 and 14 where the plan was 16 and 16). So each actor's
     group is the batch that last answered it, and a partial group with members still out
     (:meth:`holds`) waits up to one call's fixed cost for them (:meth:`hold_s`): what a batch of
-    their own would cost.
+    their own would cost. Groups that did fragment (8 actors in four pairs where the plan is 3, 3
+    and 2: each pair a whole group, so nobody is missing) are joined again: while recent batches
+    average under ``FRAGMENTED`` x the target, a partial group also waits for whoever is due next.
     """
 
     def __init__(self, batch_size: int):
@@ -155,10 +159,12 @@ class Pacer:
         self._cohort: dict[int, int] = {}  # actor -> the batch that answered it last (its group)
         self._out: Counter[int] = Counter()  # batch -> its actors not back yet (those in _answered)
         self._seen: set[int] = set()  # actors that sent a request (until forgotten)
+        self._sizes: deque[int] = deque(maxlen=PACER_RECENT)  # recent batch sizes
         self._target, self._refresh_at = batch_size, float("-inf")
 
     def batch_done(self, size: int, seconds: float) -> None:
         self._times.setdefault(size, deque(maxlen=PACER_WINDOW)).append(seconds)
+        self._sizes.append(size)
 
     def answered(self, actor_id: int, now: float, batch: int) -> None:
         self._back(actor_id)
@@ -187,8 +193,18 @@ class Pacer:
     def holds(self, group: list) -> bool:
         """Whether some actor that was batched with a member of ``group`` last time is not back yet: a
         straggler of the same group, due any moment. Released without it, it would cost a batch of its
-        own, and the groups would fragment for good (nothing joins them again)."""
-        return any(self._out.get(self._cohort.get(r.actor_id, -1), 0) for r in group)
+        own, and the groups would fragment for good (nothing joins them again). An actor that went
+        quiet instead (an env reset, an exit) costs its group one hold: the batch that then goes is the
+        group's new cohort, without it."""
+        if any(self._out.get(self._cohort.get(r.actor_id, -1), 0) for r in group):
+            return True
+        return bool(self._out) and len(group) < self._target and self.fragmented()
+
+    def fragmented(self) -> bool:
+        """Recent batches are well under the planned size: groups split and did not join again (in
+        simulation, forced into pairs for 5 s, 8 actors stayed in pairs at 0.82 of the bound)."""
+        sizes = self._sizes
+        return len(sizes) >= PACER_RECENT * 2 // 3 and sum(sizes) < FRAGMENTED * self._target * len(sizes)
 
     def hold_s(self) -> float:
         """How long a group waits for its stragglers: one call's fixed cost, what a batch of its own costs."""
@@ -209,12 +225,6 @@ class Pacer:
         sizes, seconds = np.array(points).T
         c, a = np.polyfit(sizes, seconds, 1)
         return max(a, 0.0), max(c, 0.0)
-
-    def straggler_wait(self, floor_s: float) -> float:
-        """How long a partial batch waits for the rest of its group: up to one call's fixed cost
-        (what a member left behind costs, in a batch of its own later), at least ``floor_s``."""
-        fit = self.batch_time()
-        return floor_s if fit is None else max(floor_s, fit[0])
 
     def target(self, workers: int, now: float) -> int:
         """The batch size to release at once, worked out again every PACER_REFRESH_S."""

@@ -20,9 +20,9 @@ crossed to the dispatcher and the next batch back (a gap of ~12 ms a call at sat
 of a compiled tiny model's call on an H200); partial batches still wait for a free worker, as
 requests pile up into fuller batches. A worker that dies is restarted and the batches it held are
 sent again; so is one that holds a batch far longer than batches take (a hung GPU or driver: the
-watchdog SIGKILLs it); an actor that dies has its pending requests dropped. Pipes and queues stay inside this process tree:
-nothing listens on a network socket (the Ray backend binds Ray to 127.0.0.1 unless given a
-cluster).
+watchdog SIGKILLs it); an actor that dies has its pending requests dropped. Pipes and queues stay
+inside this process tree: nothing listens on a network socket (the Ray backend binds Ray to
+127.0.0.1 unless given a cluster).
 """
 
 from __future__ import annotations
@@ -434,9 +434,8 @@ class InferenceBroker:
         self._free(worker)
 
     def _free(self, worker: int) -> None:
-        """``worker`` can take a batch. Paced, a partial group then waits up to one call's fixed cost
-        for the rest of its group (they are due: the pacer planned groups of its size), counted from now
-        if it had waited for a worker before."""
+        """``worker`` can take a batch. Paced, a partial group waiting for stragglers of its last batch
+        (Pacer.holds) counts its hold from now if it had to wait for a worker before."""
         if self.pacer is not None and not self._idle:
             self.batcher.free_since = time.monotonic()
         self._idle.append(worker)
