@@ -39,7 +39,10 @@ def test_quick_demo_produces_every_artifact(tmp_path):
     # every stage printed progress (the piped console gets a line at most every 30 s, and the stage's time)
     for stage in ("collect", "fit_vae", "cache", "train", "eval_wam"):
         assert re.search(rf"\[demo\] {stage}: \d+ s", run.stdout), stage
-    assert json.loads((out / "train" / "checkpoint" / "wam_config.json").read_text())["vae"]["z_dim"] == 16
+    trained = json.loads((out / "train" / "checkpoint" / "wam_config.json").read_text())
+    assert trained["vae"]["z_dim"] == 32 and trained["vae"]["scale_factor_temporal"] == 1  # fit_vae's VAE
+    assert trained["video_target"] == "change"
+    assert json.loads((out / "eval" / "wam" / "results.json").read_text())["config"]["EVALUATION"]["future_video"] == "expected"
     # a rerun resumes: every stage is found done
     again = subprocess.run([sys.executable, "-m", "wam_gym.demo", "--quick", "--output", str(out)],
                            capture_output=True, text=True, timeout=300)

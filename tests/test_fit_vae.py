@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from agents.wam.checkpoint import MissingCheckpointError, load_pretrained
+from agents.wam.config import VAEConfig
 from training import loop
 from training.caches import fingerprint
 from training.config import TrainConfig, register_configs
@@ -57,9 +58,9 @@ def train_config(dataset: Path, out: Path, *extra: str) -> TrainConfig:
 
 def test_the_output_is_a_diffusers_vae_with_measured_latent_statistics(vae_dir):
     vae = AutoencoderKLWan.from_pretrained(str(vae_dir), local_files_only=True, use_safetensors=True)
-    assert vae.config.z_dim == 16 and list(vae.config.dim_mult) == [1, 2, 2]
-    assert len(vae.config.latents_mean) == len(vae.config.latents_std) == 16
-    assert vae.config.latents_mean != [0.0] * 16 and all(s > 0 for s in vae.config.latents_std)
+    assert vae.config.z_dim == 32 and list(vae.config.dim_mult) == [1, 2, 2] and vae.config.patch_size == 2
+    assert len(vae.config.latents_mean) == len(vae.config.latents_std) == 32
+    assert vae.config.latents_mean != [0.0] * 32 and all(s > 0 for s in vae.config.latents_std)
     report = json.loads((vae_dir / "fit_vae.json").read_text())
     assert report["steps"] == 3 and report["train_clips"] == 48 and report["held_out_clips"] == 16
     assert 0 < report["held_out_psnr"] < 60 and 0 < report["mean_image_psnr"] < 60
@@ -69,12 +70,12 @@ def test_the_output_is_a_diffusers_vae_with_measured_latent_statistics(vae_dir):
 def test_training_takes_the_vae_and_its_geometry(vae_dir, dataset, tmp_path):
     cfg = train_config(dataset, tmp_path / "run", f"model.vae_path={vae_dir}", "max_steps=1")
     model, _, clips = loop.build(cfg, torch.device("cpu"))
-    assert cfg.model.vae.z_dim == 16 and cfg.model.vae.scale_factor_spatial == 4
-    assert cfg.model.backbone.in_channels == cfg.model.backbone.out_channels == 16
+    assert cfg.model.vae.z_dim == 32 and cfg.model.vae.scale_factor_spatial == 8 and cfg.model.vae.scale_factor_temporal == 1
+    assert cfg.model.backbone.in_channels == cfg.model.backbone.out_channels == 32
     saved = AutoencoderKLWan.from_pretrained(str(vae_dir), local_files_only=True, use_safetensors=True)
     assert all(torch.equal(a, b) for a, b in zip(model.vae.state_dict().values(), saved.state_dict().values()))
     latents = model.encode_video(clips[0]["video"][None])
-    assert latents.shape == (1, 16, 2, 8, 16)  # (B, z, 1 + 4/4, 32/4, 2 cameras x 32/4)
+    assert latents.shape == (1, 32, 5, 4, 8)  # (B, z, one latent frame per frame, 32/8, 2 cameras x 32/8)
 
     # The latent cache's fingerprint is the VAE's weights: a cache made with another VAE is refused.
     random_vae, _, _ = loop.build(train_config(dataset, tmp_path / "other", "max_steps=1"), torch.device("cpu"))
@@ -82,7 +83,7 @@ def test_training_takes_the_vae_and_its_geometry(vae_dir, dataset, tmp_path):
 
     final = loop.train(cfg)
     reloaded = load_pretrained(final)
-    assert reloaded.config.vae.z_dim == 16 and reloaded.config.backbone.in_channels == 16
+    assert reloaded.config.vae.z_dim == 32 and reloaded.config.backbone.in_channels == 32
     assert all(torch.equal(a, b) for a, b in zip(reloaded.vae.state_dict().values(), saved.state_dict().values()))
 
 
@@ -93,8 +94,12 @@ def test_a_missing_vae_folder_names_the_command_that_makes_one(dataset, tmp_path
         loop.build(cfg, torch.device("cpu"))
 
 
-def test_the_image_size_is_checked_against_the_vae_not_the_preset(vae_dir, dataset, tmp_path):
-    # 40 is no multiple of the tiny preset's 16 (8x VAE x patch 2), but is one of this VAE's 8.
+def test_the_image_size_is_checked_against_the_vae_not_the_preset(dataset, tmp_path):
+    # 40 is no multiple of the tiny preset's 16 (8x VAE x patch 2), but is one of a 4x VAE's 8.
+    vae_4x = VAEConfig(base_dim=8, z_dim=16, dim_mult=(1, 2, 2), temperal_downsample=(True, True))
+    vae_dir = tmp_path / "vae_4x"
+    fit_vae(FitVAEConfig(dataset=VAEDataConfig(root=str(dataset), image_size=[32, 32]), vae=vae_4x, output_dir=str(vae_dir),
+                         steps=1, batch_size=2, eval_clips=2, stats_clips=4))
     cfg = train_config(dataset, tmp_path / "run", f"model.vae_path={vae_dir}", "model.image_size=[40,40]")
     loop.build(cfg, torch.device("cpu"))
     cfg = train_config(dataset, tmp_path / "run", f"model.vae_path={vae_dir}", "model.image_size=[36,36]")
@@ -105,7 +110,8 @@ def test_the_image_size_is_checked_against_the_vae_not_the_preset(vae_dir, datas
 @pytest.mark.parametrize("args,message", [
     (["output_dir=x"], "dataset.root is not set"),
     (["dataset.root=x"], "output_dir is not set"),
-    (["dataset.root=x", "output_dir=y", "dataset.image_size=[30,30]"], r"must be divisible by vae.scale_factor_spatial=4"),
+    (["dataset.root=x", "output_dir=y", "dataset.image_size=[30,30]"], r"must be divisible by vae.scale_factor_spatial=8"),
+    (["dataset.root=x", "output_dir=y", "dataset.num_future_frames=2"], r"num_future_frames=2 must be a multiple of 4"),
     (["dataset.root=x", "output_dir=y", "steps=0"], "steps=0 must be a positive integer"),
     (["dataset.root=x", "output_dir=y", "stepz=3"], "Did you mean steps"),
 ])

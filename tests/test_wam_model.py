@@ -149,6 +149,51 @@ def test_predicted_video_has_current_and_future_frames(model):
     assert pred.video.shape == (B, 5, 64, 128, 3) and pred.video.dtype == np.uint8
 
 
+def test_change_target_denoises_the_change_and_returns_future_latents(monkeypatch):
+    """model.video_target=change: the loss's video target is future - current, and the sampler's
+    output is added back to the current latent, so a model predicting no change copies it."""
+    torch.manual_seed(0)
+    model = build_model(preset("tiny", video_target="change"))
+    latents, _, actions, _, state, text = denoiser_inputs(model, frames=2)
+    current, future = latents[:, :, :1], latents[:, :, 1:]
+    torch.testing.assert_close(model.video_target(current, future), future - current)
+    torch.testing.assert_close(model.future_latents(current, future - current), future)
+    seen = {}
+
+    def forward(video_in, sigma_v, *args, **kwargs):
+        seen["noisy"], seen["sigma"] = video_in[:, :, 1:], sigma_v
+        return torch.zeros_like(video_in[:, :, 1:]), torch.zeros_like(args[0])
+
+    monkeypatch.setattr(model, "forward", forward)
+    out = model.loss(latents, actions, state, text, generator=torch.Generator().manual_seed(0))
+    # v_pred = 0, so the video loss is |noise - target|^2 with the noise recovered from the noisy input
+    s = seen["sigma"].view(-1, 1, 1, 1, 1)
+    noise = (seen["noisy"] - (1 - s) * (future - current)) / s
+    torch.testing.assert_close(out["video_loss"], ((noise - (future - current)) ** 2).mean())
+    policy = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=2))
+    monkeypatch.setattr(policy.sampler, "sample", lambda denoise, noise: {k: torch.zeros_like(n) for k, n in noise.items()})
+    x0 = policy.sample(current, state, text)
+    torch.testing.assert_close(x0["video"], current.expand_as(x0["video"]))
+
+
+def test_expected_future_is_the_first_steps_estimate(model):
+    """future_video=expected decodes the x0 estimate from pure noise: it does not depend on how many
+    steps follow (flow_euler starts at sigma = 1 whatever their number), equals the sample after one
+    Euler step, and leaves the actions alone."""
+    def predict(future_video, steps):
+        knobs = dict(sampler="flow_euler", num_inference_steps=steps, visualize_future_video=True, future_video=future_video)
+        return WAMPolicy(model, InferenceConfig.from_knobs(**knobs)).predict(observation(), noise_seeds=[3, 4])
+
+    expected = {steps: predict("expected", steps) for steps in (1, 2, 5)}
+    sample = {steps: predict("sample", steps) for steps in (1, 5)}
+    np.testing.assert_array_equal(expected[2].video, expected[5].video)
+    np.testing.assert_array_equal(expected[1].video, sample[1].video)
+    assert not np.array_equal(expected[5].video, sample[5].video)
+    np.testing.assert_array_equal(expected[5].actions, sample[5].actions)
+    with pytest.raises(ValueError, match="future_video='mean': choose one of sample, expected"):
+        InferenceConfig.from_knobs(future_video="mean")
+
+
 def test_same_seed_same_actions(model):
     a = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=3, seed=7)).predict(observation())
     b = WAMPolicy(model, InferenceConfig.from_knobs(num_inference_steps=3, seed=7)).predict(observation())
@@ -250,6 +295,11 @@ def test_bad_config_values_name_the_knob():
         preset("tiny", backbone=dataclasses.replace(preset("tiny").backbone, attention_backend="flash9"))
     with pytest.raises(ValueError, match="video_mode"):
         preset("tiny", video_mode="both")
+    with pytest.raises(ValueError, match="num_future_frames=2 must be a multiple of 4"):  # diffusers would drop them
+        preset("tiny", num_future_frames=2, vae=dataclasses.replace(preset("tiny").vae, temperal_downsample=(False,) * 3,
+                                                                   scale_factor_temporal=1))
+    with pytest.raises(ValueError, match="video_target='delta'"):
+        preset("tiny", video_target="delta")
     with pytest.raises(ValueError, match="image_size"):
         preset("tiny", image_size=(60, 64))
 

@@ -22,6 +22,7 @@ from agents.wam.attention import BACKENDS
 from agents.wam.precision import PrecisionConfig
 
 VIDEO_MODES = ("joint", "action_only")
+VIDEO_TARGETS = ("latents", "change")
 
 
 @dataclass
@@ -90,6 +91,17 @@ class VAEConfig:
         return dataclasses.replace(vae, scale_factor_temporal=2 ** sum(bool(t) for t in vae.temperal_downsample),
                                    scale_factor_spatial=2 ** (len(vae.dim_mult) - 1) * (vae.patch_size or 1))
 
+    # diffusers' AutoencoderKLWan encodes the frames after the first in groups of 4, whatever its temporal
+    # factor, and silently drops a last group that is not whole.
+    FRAME_GROUP = 4
+
+    def check_future_frames(self, num_future_frames: int, knob: str) -> None:
+        """Refuse a frame count the VAE would not encode whole (see :attr:`FRAME_GROUP`)."""
+        if num_future_frames % self.FRAME_GROUP:
+            raise ValueError(f"{knob}={num_future_frames} must be a multiple of {self.FRAME_GROUP}: Wan's VAE "
+                             f"encodes the frames after the first in groups of {self.FRAME_GROUP} (the "
+                             f"temporal factor is {self.scale_factor_temporal})")
+
     def vae_kwargs(self) -> dict[str, Any]:
         kwargs = dataclasses.asdict(self)
         kwargs["dim_mult"] = list(self.dim_mult)
@@ -135,9 +147,14 @@ class MoTConfig:
     action_horizon: int = 16  # actions predicted per model call (one chunk)
     num_future_frames: int = 4  # predicted pixel frames after the current one
     video_mode: str = "joint"  # joint: denoise future video with the actions; action_only: actions see the current frame only
+    # What the video stream denoises: the future latents, or their change from the current frame's latent
+    # (predicting no change then copies the current frame, so a small model spends itself on the motion).
+    video_target: str = "latents"
     vae_micro_batch_size: int | None = None  # VAE encode/decode in chunks of this many clips; null: whole batch
 
     def __post_init__(self) -> None:
+        if self.video_target not in VIDEO_TARGETS:
+            raise ValueError(f"video_target={self.video_target!r}: choose one of {VIDEO_TARGETS}")
         if self.video_mode not in VIDEO_MODES:
             raise ValueError(f"video_mode={self.video_mode!r}: choose one of {VIDEO_MODES}")
         if self.backbone.attention_backend not in BACKENDS:
@@ -150,11 +167,7 @@ class MoTConfig:
             raise ValueError("vae_micro_batch_size must be null (whole batch) or a positive integer")
 
     def check_vae_geometry(self) -> None:
-        if self.num_future_frames % self.vae.scale_factor_temporal:
-            raise ValueError(
-                f"num_future_frames={self.num_future_frames} must be a multiple of the VAE's temporal "
-                f"factor {self.vae.scale_factor_temporal}"
-            )
+        self.vae.check_future_frames(self.num_future_frames, "num_future_frames")
         multiple = self.spatial_multiple
         if any(s % multiple for s in self.image_size):
             raise ValueError(f"image_size={tuple(self.image_size)} must be divisible by {multiple} (VAE x patch)")

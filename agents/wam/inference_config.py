@@ -1,4 +1,4 @@
-"""What one model call does, as plain data: the sampler, the compile, and three switches.
+"""What one model call does, as plain data: the sampler, the compile, and four switches.
 
 Kept apart from ``policy.py`` (which pulls in diffusers and transformers) so that building or
 validating an evaluation config, e.g. to report a typo in an override, imports no model code.
@@ -18,6 +18,7 @@ from typing import Any
 from agents.wam.compile import CompileConfig
 
 SAMPLERS = ("flow_euler", "unipc", "dpmpp", "ddim")
+FUTURE_VIDEOS = ("sample", "expected")
 
 
 @dataclass
@@ -51,7 +52,14 @@ class InferenceConfig:
     compile: CompileConfig = field(default_factory=CompileConfig)  # torch.compile of the denoiser
     inference_cross_kv_reuse: bool = True  # text cross-attention K/V once per call, not per step (same outputs)
     visualize_future_video: bool = False  # decode the predicted latents into frames (Prediction.video)
+    # Which future is decoded: the sample denoised with the actions, or the expected future (the model's
+    # estimate from pure noise, its first step: the mean over what it thinks may happen, which PSNR rewards).
+    future_video: str = "sample"
     seed: int = 0  # of the sampling noise: the same observations give the same actions
+
+    def __post_init__(self) -> None:
+        if self.future_video not in FUTURE_VIDEOS:
+            raise ValueError(f"future_video={self.future_video!r}: choose one of {', '.join(FUTURE_VIDEOS)}")
 
     @classmethod
     def from_knobs(cls, **knobs: Any) -> InferenceConfig:
@@ -77,6 +85,7 @@ KNOBS: dict[str, tuple[str | None, str]] = {
     "shift": ("sampler", "shift"),
     "inference_cross_kv_reuse": (None, "inference_cross_kv_reuse"),
     "visualize_future_video": (None, "visualize_future_video"),
+    "future_video": (None, "future_video"),
     "torch_compile": ("compile", "enabled"),
     "torch_compile_mode": ("compile", "mode"),
     "torch_compile_backend": ("compile", "backend"),

@@ -177,6 +177,16 @@ class MoTWAM(nn.Module):
             parts = [self.vae.decode(chunk.to(dtype)).sample for chunk in self._vae_chunks(latents)]
         return torch.cat(parts).float().clamp(-1, 1)
 
+    # ----------------------------------------------------------------- video target
+    def video_target(self, current: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
+        """What the video stream denoises (``model.video_target``), from normalised latents: the
+        future (B, C, F', h, w) itself, or its change from the current frame (B, C, 1, h, w)."""
+        return future - current if self.config.video_target == "change" else future
+
+    def future_latents(self, current: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`video_target`: the future latents from a denoised target."""
+        return current + target if self.config.video_target == "change" else target
+
     # ----------------------------------------------------------------- denoiser
     def forward(
         self,
@@ -296,8 +306,8 @@ class MoTWAM(nn.Module):
         # Draws happen on the CPU generator so a seeded loss is the same on every device.
         sigma_v, sigma_a = torch.sigmoid(torch.randn(2, b, generator=generator)).to(device)
         action_only = bool(torch.rand((), generator=generator) < video_dropout) or latents.shape[2] == 1
-        current, future = latents[:, :, :1], latents[:, :, 1:]
-        noise_v = torch.randn(future.shape, generator=generator).to(device)
+        current, target = latents[:, :, :1], self.video_target(latents[:, :, :1], latents[:, :, 1:])
+        noise_v = torch.randn(target.shape, generator=generator).to(device)
         noise_a = torch.randn(actions.shape, generator=generator).to(device)
         given = torch.zeros(b, dtype=torch.bool)
         if world_model_prob > 0 and not action_only:  # drawn only when used: other runs keep their noise
@@ -305,13 +315,13 @@ class MoTWAM(nn.Module):
         given = given.to(device)
         sigma_a = torch.where(given, torch.zeros_like(sigma_a), sigma_a)
         noisy_actions = _interpolate(actions, noise_a, sigma_a)
-        video_in = current if action_only else torch.cat([current, _interpolate(future, noise_v, sigma_v)], 2)
+        video_in = current if action_only else torch.cat([current, _interpolate(target, noise_v, sigma_v)], 2)
         with_state = next_states is not None and self.action_expert.state_out is not None
         video_pred, action_pred, *state_pred = self(
             video_in, sigma_v, noisy_actions, sigma_a, state, text, return_state=with_state
         )
         action_loss = _masked_mse(action_pred, noise_a - actions, (~given)[:, None] & real)
-        video_loss = torch.zeros((), device=device) if action_only else F.mse_loss(video_pred, noise_v - future)
+        video_loss = torch.zeros((), device=device) if action_only else F.mse_loss(video_pred, noise_v - target)
         losses = {"video_loss": video_loss, "action_loss": action_loss}
         total = video_loss + action_weight * action_loss
         if with_state:

@@ -170,7 +170,9 @@ class WAMPolicy:
     ) -> dict[str, torch.Tensor]:
         """Denoise an action chunk (and, in joint video mode, the future latents) given the
         current-frame latent (B, C, 1, h, w), normalised state and text embeddings; checks
-        the result is finite. Returns normalised x0 per modality."""
+        the result is finite. Returns normalised x0 per modality (``video``: the future latents, also
+        for a model that denoises their change, ``model.video_target=change``; with
+        ``future_video=expected`` the first step's estimate of them, from pure noise)."""
         model, cfg = self.model, self.model.config
         batch = current.shape[0]
         joint = cfg.video_mode == "joint"
@@ -180,20 +182,27 @@ class WAMPolicy:
             shapes["video"] = (c, cfg.latent_frames - 1, h, w)
         noise = self._noise(batch, shapes, noise_seeds)
         cross_kv = {} if self.config.inference_cross_kv_reuse else None
+        expected = {}
 
         def denoise(x: dict[str, torch.Tensor], sigma: torch.Tensor) -> dict[str, torch.Tensor]:
             sigmas = sigma.expand(batch)
             latents = torch.cat([current, x["video"]], dim=2) if joint else current
             video_v, action_v = model(latents, sigmas, x["action"], sigmas, state, text, cross_kv=cross_kv)
+            if joint and not expected:  # the first step, from pure noise: its x0 estimate is the expected future
+                expected["video"] = x["video"] - sigma * video_v
             return {"action": action_v, "video": video_v} if joint else {"action": action_v}
 
         x0 = self.sampler.sample(denoise, noise)
+        if joint and self.config.future_video == "expected":
+            x0["video"] = expected["video"]
         for key, value in x0.items():
             if not torch.isfinite(value).all():
                 raise NonFiniteOutputError(
                     f"the model predicted non-finite {key} values (NaN/inf); no action was sent. Check the "
                     "checkpoint, or run with model.encoder_mode.*=fp32 to rule out overflow"
                 )
+        if joint:
+            x0["video"] = model.future_latents(current, x0["video"])
         return x0
 
     def _noise(self, batch: int, shapes: dict[str, tuple[int, ...]], seeds: Sequence[int] | None) -> dict:

@@ -97,7 +97,7 @@ class WorldModel(WAMPolicy):
             video_v, _ = model(latents, sigma.expand(batch), actions, clean, state, text, cross_kv=cross_kv)
             return {"video": video_v}
 
-        future = self.sampler.sample(denoise, noise)["video"]
+        future = model.future_latents(current, self.sampler.sample(denoise, noise)["video"])
         if not torch.isfinite(future).all():
             raise NonFiniteOutputError(
                 "the world model predicted non-finite frames (NaN/inf). Check the checkpoint, or run with "

@@ -39,6 +39,7 @@ class EvaluationConfig:
     shift: float = SamplerConfig.shift  # flow shift; 1.0 = none, above 1 = more steps at high noise
     inference_cross_kv_reuse: bool = InferenceConfig.inference_cross_kv_reuse  # text K/V once per call (same outputs)
     visualize_future_video: bool = InferenceConfig.visualize_future_video  # decode the predicted future frames
+    future_video: str = InferenceConfig.future_video  # sample | expected: which predicted future is decoded
     # predicted future frames vs the frames the env then renders (PSNR/SSIM, and the copy-the-current-frame
     # baseline's; wam_gym/eval/imagination.py). null: when the frames are decoded anyway (visualize_future_video,
     # a joint-video model); true: decode them for it (agent=wam, joint models; costs a VAE decode per model call)
