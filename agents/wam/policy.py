@@ -182,19 +182,19 @@ class WAMPolicy:
             shapes["video"] = (c, cfg.latent_frames - 1, h, w)
         noise = self._noise(batch, shapes, noise_seeds)
         cross_kv = {} if self.config.inference_cross_kv_reuse else None
-        expected = {}
+        expected = [] if joint and self.config.future_video == "expected" else None
 
         def denoise(x: dict[str, torch.Tensor], sigma: torch.Tensor) -> dict[str, torch.Tensor]:
             sigmas = sigma.expand(batch)
             latents = torch.cat([current, x["video"]], dim=2) if joint else current
             video_v, action_v = model(latents, sigmas, x["action"], sigmas, state, text, cross_kv=cross_kv)
-            if joint and not expected:  # the first step, from pure noise: its x0 estimate is the expected future
-                expected["video"] = x["video"] - sigma * video_v
+            if expected == []:  # the first step, from pure noise: its x0 estimate is the expected future
+                expected.append(x["video"] - sigma * video_v)
             return {"action": action_v, "video": video_v} if joint else {"action": action_v}
 
         x0 = self.sampler.sample(denoise, noise)
-        if joint and self.config.future_video == "expected":
-            x0["video"] = expected["video"]
+        if expected:
+            x0["video"] = expected[0]
         for key, value in x0.items():
             if not torch.isfinite(value).all():
                 raise NonFiniteOutputError(
