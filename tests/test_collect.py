@@ -130,3 +130,37 @@ def test_only_success_with_no_success_writes_nothing(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "no episode was kept" in captured.err and "dropped (--only-success)" in captured.out
     assert not (tmp_path / "ds" / "meta").exists()
+
+
+@needs_metaworld
+def test_action_noise_steps_with_noise_and_records_the_clean_action(tmp_path):
+    import gymnasium
+
+    import envs
+    from agents import MetaWorldExpertAgent
+    from training.collect import NoisyActions
+
+    collect([REACH], 1, tmp_path / "ds", image_size=32, cameras=["corner"], seed=5, max_steps=20, action_noise=0.5, log=None)
+    table = LeRobotDataset(tmp_path / "ds").episode_table(0)
+
+    envs.register_envs()
+    expert = MetaWorldExpertAgent()
+    clean = gymnasium.make(REACH, image_size=32, cameras=("corner",))
+    noisy = NoisyActions(gymnasium.make(REACH, image_size=32, cameras=("corner",)), 0.5)
+    obs, _ = noisy.reset(seed=5)
+    clean_obs, _ = clean.reset(seed=5)
+    for t in range(5):  # the same seed draws the same noise: the dataset is this episode, step by step
+        np.testing.assert_array_equal(table["state"][t], obs["state"])
+        action = expert.act(obs)
+        np.testing.assert_array_equal(table["action"][t], action)  # the label is the expert's own action
+        obs, *_ = noisy.step(action)
+        clean_obs, *_ = clean.step(expert.act(clean_obs))
+    assert not np.allclose(obs["state"], clean_obs["state"], atol=1e-4)  # ...but the env stepped off the expert's path
+    noisy.close()
+    clean.close()
+
+
+def test_negative_action_noise_is_refused(tmp_path, capsys):
+    rc = main(["--env", REACH, "--episodes", "1", "--output", str(tmp_path / "ds"), "--action-noise", "-0.1"])
+    assert rc == 1 and "action_noise must be >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "ds").exists()

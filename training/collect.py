@@ -2,12 +2,15 @@
 
     python -m training.collect --env wam_gym/MetaWorld-reach-v3 [--env ...] --episodes 20 \\
         --agent expert|random --output DIR [--image-size 64] [--cameras corner gripperPOV] \\
-        [--seed 0] [--only-success] [--max-steps N] [--overwrite]
+        [--seed 0] [--only-success] [--max-steps N] [--action-noise 0.3] [--overwrite]
     python -m training.collect --stats-only DIR      # recompute DIR/meta/stats.json
 
 Every step is recorded: the observation before the action, the action taken, the
 instruction as the task. Each env runs episodes with seeds ``seed, seed + 1, ...``;
 ``--only-success`` keeps successful episodes only, trying new seeds up to 3x the count.
+``--action-noise SIGMA`` executes the agent's action plus Gaussian noise but records the
+clean action (DART, Laskey et al. 2017): the demos visit the states a slightly-off policy
+reaches and show the way back, and the frames show the world answering varied actions.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import gymnasium
+import numpy as np
 
 from agents import check_agent_fits_env, make_agent, run_episode
 from envs.contract import parse_image_size
@@ -55,6 +61,7 @@ def collect(
     seed: int = 0,
     only_success: bool = False,
     max_steps: int | None = None,
+    action_noise: float = 0.0,
     overwrite: bool = False,
     layout: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = print,
@@ -74,6 +81,8 @@ def collect(
         raise ValueError("no envs to collect from")
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if not action_noise >= 0:
+        raise ValueError(f"action_noise must be >= 0 (a standard deviation in action units), got {action_noise}")
     if agent not in AGENTS:
         raise ValueError(f"unknown agent {agent!r}; choose one of {AGENTS}")
     for env_id in envs:  # fail before any simulation for a misspelt id or a wrong agent
@@ -87,6 +96,8 @@ def collect(
     try:
         for env_id in envs:
             env = envs_pkg.make(env_id, **_env_kwargs(size, cameras, max_steps))
+            if action_noise:
+                env = NoisyActions(env, action_noise)
             try:
                 fps = env.unwrapped.metadata.get("render_fps") or DEFAULT_FPS
                 env_cameras = tuple(env.observation_space[PIXELS].spaces)
@@ -132,6 +143,28 @@ def collect(
     }
     say(format_summary(summary, only_success))
     return summary
+
+
+class NoisyActions(gymnasium.ActionWrapper):
+    """Steps the env with ``action + N(0, scale^2)``, clipped to the action space.
+
+    The noise is drawn from a generator seeded by each reset's seed, so an episode is the same
+    every time its seed is run; the caller still sees (and records) the action it chose.
+    """
+
+    def __init__(self, env: gymnasium.Env, scale: float):
+        super().__init__(env)
+        self.scale = float(scale)
+        self.rng = np.random.default_rng()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.rng = np.random.default_rng(seed)
+        return super().reset(seed=seed, options=options)
+
+    def action(self, action: np.ndarray) -> np.ndarray:
+        noisy = action + self.rng.normal(0.0, self.scale, size=np.shape(action))
+        space = self.action_space
+        return np.clip(noisy, space.low, space.high).astype(space.dtype)
 
 
 class _Counter:
@@ -213,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="first episode seed (default 0)")
     parser.add_argument("--only-success", action="store_true", help="keep successful episodes only (up to 3x tries)")
     parser.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: the env's)")
+    parser.add_argument("--action-noise", type=float, default=0.0, metavar="SIGMA",
+                        help="execute action + N(0, SIGMA^2), record the clean action (DART; default 0)")
     add_layout_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already at --output")
     parser.add_argument("--stats-only", type=Path, metavar="DIR", help="recompute DIR/meta/stats.json and exit")
@@ -240,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             only_success=args.only_success,
             max_steps=args.max_steps,
+            action_noise=args.action_noise,
             overwrite=args.overwrite,
             layout=layout_of(args),
         )
