@@ -42,6 +42,7 @@ def test_quick_demo_produces_every_artifact(tmp_path):
     trained = json.loads((out / "train" / "checkpoint" / "wam_config.json").read_text())
     assert trained["vae"]["z_dim"] == 32 and trained["vae"]["scale_factor_temporal"] == 1  # fit_vae's VAE
     assert trained["video_target"] == "change"
+    assert "--action-noise 0.5" in run.stdout  # DART-style demos
     assert json.loads((out / "eval" / "wam" / "results.json").read_text())["config"]["EVALUATION"]["future_video"] == "expected"
     # a rerun resumes: every stage is found done
     again = subprocess.run([sys.executable, "-m", "wam_gym.demo", "--quick", "--output", str(out)],

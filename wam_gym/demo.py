@@ -1,6 +1,6 @@
 """The embedded default, end to end on a CPU: ``python -m wam_gym.demo`` (what ``make demo`` runs).
 
-    1. collect   scripted-expert demos of the demo tasks        python -m training.collect
+    1. collect   scripted-expert demos of the demo tasks        python -m training.collect --action-noise
     2. fit_vae   a small VAE fitted to the demos' clips          python -m training.fit_vae
     3. cache     VAE latents + text features of every clip      python scripts/video_cache.py
     4. train     the tiny MoT WAM from the cache                python -m training task=demo +infra=cache
@@ -45,6 +45,9 @@ class DemoConfig:
     output: str = "outputs/demo"  # every stage writes under here; a rerun skips finished stages
     tasks: list[str] = field(default_factory=lambda: list(TASK_SETS["metaworld_demo"]))  # env ids
     episodes: int = 12  # expert demos per task
+    # executed-action noise of the demos, recorded clean (training.collect --action-noise, DART): the
+    # policy sees the way back from where it drifts; 0.5 took button-press-topdown from 40% to 70%
+    action_noise: float = 0.5
     image_size: int = 48  # pixels, square, for demos, training and evaluation
     cameras: tuple[str, ...] = ("corner", "gripperPOV")  # for demos, training and evaluation (every agent: runs pair)
     vae_steps: int = 800  # optimizer steps of the VAE fit (python -m training.fit_vae, its default geometry)
@@ -53,8 +56,9 @@ class DemoConfig:
     trials: int = 10  # evaluation episodes per task and agent
     eval_seed: int = 1000  # demos use seeds 0.., evaluation unseen ones
     max_episode_steps: int = 150  # demos and evaluation stop here
-    replan_steps: int = 16  # actions executed from each predicted chunk (16: the whole chunk, all 4 predicted frames scored)
-    frame_stride: int = 4  # env steps between predicted frames (VAE clips and training, dataset.frame_stride)
+    # actions executed from each predicted chunk (32: task=demo's whole chunk, so all 4 predicted frames are scored)
+    replan_steps: int = 32
+    frame_stride: int = 8  # env steps between predicted frames (VAE clips and training, dataset.frame_stride)
     inference_steps: int = 10  # denoising steps per model call
     shift: float = 3.0  # flow-matching timestep shift of the sampler
     actors: int = 2  # rollout actors per model worker
@@ -104,7 +108,7 @@ class Demo:
         c = self.config
         command = [sys.executable, "-m", "training.collect", "--episodes", str(c.episodes), "--agent", "expert",
                    "--output", str(self.out / "data"), "--image-size", str(c.image_size), "--overwrite",
-                   "--cameras", *c.cameras]
+                   "--action-noise", str(c.action_noise), "--cameras", *c.cameras]
         for task in c.tasks:
             command += ["--env", task]
         self._stage("collect", command, self.out / "data" / "meta" / "info.json")
@@ -373,11 +377,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-steps", type=int)
     parser.add_argument("--episodes", type=int)
     parser.add_argument("--trials", type=int)
-    parser.add_argument("--frame-stride", type=int, help="env steps between predicted frames (default 4)")
-    parser.add_argument("--replan-steps", type=int, help="actions executed per chunk (default 16)")
+    parser.add_argument("--frame-stride", type=int, help="env steps between predicted frames (default 8)")
+    parser.add_argument("--replan-steps", type=int, help="actions executed per chunk (default 32)")
+    parser.add_argument("--action-noise", type=float, help="executed-action noise of the demos (default 0.5)")
     args = parser.parse_args(argv)
     config = DemoConfig.quick(args.output) if args.quick else DemoConfig(output=args.output)
-    for name in ("vae_steps", "train_steps", "episodes", "trials", "frame_stride", "replan_steps"):
+    for name in ("vae_steps", "train_steps", "episodes", "trials", "frame_stride", "replan_steps", "action_noise"):
         if getattr(args, name) is not None:
             setattr(config, name, getattr(args, name))
     os.environ.setdefault("MUJOCO_GL", "egl")
