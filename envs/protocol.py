@@ -50,19 +50,40 @@ def take_row(batch: Mapping[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
-def stack_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Rows -> one batch (arrays stacked on a new first axis, strings gathered in a tuple)."""
+# Arrays of a batch at least this large are stacked into kept memory when the caller keeps some.
+REUSE_MIN_BYTES = 64 * 1024
+
+
+def stack_rows(rows: Sequence[Mapping[str, Any]], reuse: dict | None = None) -> dict[str, Any]:
+    """Rows -> one batch (arrays stacked on a new first axis, strings gathered in a tuple).
+
+    ``reuse``, a dict the caller keeps across calls, keeps the memory of large arrays: the next
+    call stacks into it again (a model worker's batches of 16 two-camera rows spent 1.5-5 ms
+    faulting in a fresh 5 MB each, 0.2 ms reused). Its batch is then valid until that next call.
+    """
     out: dict[str, Any] = {}
     for key, value in rows[0].items():
         if isinstance(value, Mapping):
-            out[key] = stack_rows([r[key] for r in rows])
+            out[key] = stack_rows([r[key] for r in rows], None if reuse is None else reuse.setdefault(key, {}))
         elif value is None:
             out[key] = None
         elif isinstance(value, str):
             out[key] = tuple(r[key] for r in rows)
         else:
-            out[key] = np.stack([np.asarray(r[key]) for r in rows])
+            out[key] = _stack([np.asarray(r[key]) for r in rows], key, reuse)
     return out
+
+
+def _stack(arrays: list[np.ndarray], key: str, reuse: dict | None) -> np.ndarray:
+    """``np.stack(arrays)``, into ``reuse[key]`` if it is large: the kept array grows to the
+    largest batch seen, and a smaller batch takes its first rows."""
+    n, row = len(arrays), arrays[0]
+    if reuse is None or n * row.nbytes < REUSE_MIN_BYTES:
+        return np.stack(arrays)
+    kept = reuse.get(key)
+    if kept is None or kept.shape[1:] != row.shape or kept.dtype != row.dtype or len(kept) < n:
+        kept = reuse[key] = np.empty((n, *row.shape), row.dtype)
+    return np.stack(arrays, out=kept[:n])
 
 
 def select_rows(batch: Mapping[str, Any], indices: Sequence[int]) -> dict[str, Any]:

@@ -12,10 +12,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import multiprocess
 import numpy as np
 import pytest
 
 from bench.soak import EchoPolicy
+from envs.protocol import take_row
 from wam_gym.batching import Batcher, Request
 from wam_gym.broker import (
     MAX_HELD,
@@ -27,6 +29,8 @@ from wam_gym.broker import (
     RemoteInferenceError,
     worker_devices,
 )
+from wam_gym.model_worker import decode, send
+from wam_gym.outbox import Outbox
 
 # The stand-in models build on bench/soak.py's, which need no torch: a model worker (which imports
 # this module to unpickle its factory) starts in about a second instead of ~10.
@@ -449,8 +453,6 @@ def _send_half_a_request_then_die(client) -> None:
 
 
 def test_an_actor_killed_mid_send_stalls_no_one(broker):
-    import multiprocess
-
     victim = broker.client(99)
     process = multiprocess.get_context("spawn").Process(target=_send_half_a_request_then_die, args=(victim,))
     process.start()
@@ -460,6 +462,34 @@ def test_an_actor_killed_mid_send_stalls_no_one(broker):
     answers = drive([broker.client(i) for i in range(3)], calls=3)
     assert answers == {i: [i * 100 + k for k in range(3)] for i in range(3)}
     broker.check()  # the dispatcher dropped the cut message and lives on
+
+
+def test_an_actor_that_stops_reading_stalls_no_one(broker):
+    """Replies go down non-blocking pipes: an actor that asks and never reads (hung, stopped) fills
+    its own pipe and the rest waits in the broker, while every other actor is answered; when it reads
+    again, each reply arrives whole and in order."""
+    slow = broker.client(50)
+    for rid in range(1500):  # ~300 kB of replies: far more than a pipe's 64 kB buffer
+        send(slow.requests, ("request", Request(50, rid, take_row(obs(rid), 0), None, time.monotonic()), None))
+    wait_for(lambda: broker.stats.requests >= 1500, "the unread requests to be answered")
+    assert broker._replies[50].waiting  # the pipe is full: the rest waits in the broker
+    answers = drive([broker.client(i) for i in range(3)], calls=3)
+    assert answers == {i: [i * 100 + k for k in range(3)] for i in range(3)}
+    got = []
+    while len(got) < 1500:
+        assert slow.replies.poll(60), f"reply {len(got)} never came"
+        rid, row, error, *_ = decode(slow.replies.recv_bytes())
+        assert error is None and row.actions[0, 0] == rid
+        got.append(rid)
+    assert got == list(range(1500))
+
+
+def test_a_reply_to_an_actor_that_died_is_dropped():
+    reader, writer = multiprocess.Pipe(duplex=False)
+    outbox = Outbox(writer)
+    reader.close()
+    outbox.put(b"x" * 100_000)
+    assert outbox.broken and not outbox.waiting
 
 
 BROKER_IN_A_CHILD = """

@@ -43,6 +43,28 @@ def test_rows_stack_into_a_batch_and_come_back_out():
         assert_same(take_row(batch, i), row)
 
 
+def test_large_arrays_stack_into_kept_memory_and_small_ones_do_not():
+    """A model worker stacks each batch's pixels into the memory of the last one (no 5 MB of fresh
+    pages per batch); a smaller batch takes the first rows; other shapes get memory of their own."""
+
+    def rows_of(n, side, value):
+        return [{PIXELS: {"corner": np.full((side, side, 3), value + i, np.uint8)}, STATE: np.full(2, value + i, np.float32),
+                 INSTRUCTION: "go"} for i in range(n)]
+
+    reuse: dict = {}
+    first = stack_rows(rows_of(4, 128, 0), reuse)  # 4 x 48 kB: kept; the state (32 bytes) is not
+    second = stack_rows(rows_of(4, 128, 10), reuse)
+    assert np.shares_memory(first[PIXELS]["corner"], second[PIXELS]["corner"])
+    assert not np.shares_memory(first[STATE], second[STATE])
+    assert (second[PIXELS]["corner"][:, 0, 0, 0] == [10, 11, 12, 13]).all()
+    smaller = stack_rows(rows_of(2, 128, 20), reuse)
+    assert smaller[PIXELS]["corner"].shape == (2, 128, 128, 3) and (smaller[PIXELS]["corner"][:, 0, 0, 0] == [20, 21]).all()
+    assert np.shares_memory(smaller[PIXELS]["corner"], first[PIXELS]["corner"])
+    other = stack_rows(rows_of(4, 160, 30), reuse)
+    assert other[PIXELS]["corner"].shape == (4, 160, 160, 3) and (other[PIXELS]["corner"][:, 0, 0, 0] == [30, 31, 32, 33]).all()
+    assert_same(take_row(stack_rows(rows_of(3, 128, 40), reuse), 2), rows_of(3, 128, 40)[2])
+
+
 def test_select_rows_keeps_the_given_order():
     batch = stack_rows(rows())
     sub = select_rows(batch, [2, 0])

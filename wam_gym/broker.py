@@ -6,10 +6,11 @@
                                             |
                       Batcher (size / wait, grouped by shape; Pacer sets the size)
                                             |
-          reply queue (one per actor) <-- replies      batches --> batch pipe of an idle worker
+          reply pipe (one per actor) <-- replies       batches --> batch pipe of an idle worker
 
 Requests carry handles to the pixels in the actor's slot (wam_gym/shared_obs.py): the model
-worker reads them from there, and the dispatcher routes only small messages.
+worker reads them from there, and the dispatcher routes only small messages. It writes replies
+without ever blocking (wam_gym/outbox.py): an actor that stops reading holds up nobody else.
 
 The dispatcher thread waits on every pipe at once. Each pipe has a single writer, so a
 SIGKILL can cut short only the dead process's own message and never leaves a lock held that
@@ -30,7 +31,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import queue
 import selectors
 import signal
 import threading
@@ -47,6 +47,7 @@ import numpy as np
 from agents.policy import ModelCost
 from wam_gym.batching import Batcher, Pacer, Request
 from wam_gym.model_worker import BatchResult, PolicyFactory, decode, encode, receive, send, serve_forever
+from wam_gym.outbox import Outbox
 from wam_gym.shared_obs import ObservationSlot, unlink
 
 logger = logging.getLogger(__name__)
@@ -205,11 +206,6 @@ class LocalWorkerPool:
             self._discard(i)
 
 
-def _close_queue(q) -> None:
-    q.cancel_join_thread()  # its reader may be dead: never wait on the feeder thread at exit
-    q.close()
-
-
 # A client waiting for an answer wakes this often: to call its on_wait hook and to see if its manager died.
 CLIENT_WAIT_SLICE_S = 1.0
 # Percentiles come from the latest this-many samples: a week-long evaluation keeps flat memory.
@@ -279,7 +275,7 @@ def noise_seed(episode_seed: int, call: int, row: int = 0) -> int:
 class BrokerClient:
     """An actor's handle on the broker; a ``Predictor`` for :class:`agents.wam.WAMAgent`.
 
-    Holds the actor's own request pipe and reply queue; pass it to the process that uses it
+    Holds the actor's own request pipe and reply pipe; pass it to the process that uses it
     as a ``Process`` argument, then call :meth:`close` in the parent (the broker then sees
     EOF, not a half message, if that process is killed while sending). Noise seeds derive
     from the episode seed and the call count, so an episode's noise does not depend on which
@@ -302,8 +298,9 @@ class BrokerClient:
         self.cost = ModelCost()
 
     def close(self) -> None:
-        """Drop this process's copy of the request pipe (after handing the client to another)."""
+        """Drop this process's copy of the pipes (after handing the client to another, or when done)."""
         self.requests.close()
+        self.replies.close()
 
     def predict(self, obs, noise_seeds=None):
         from agents.policy import Prediction
@@ -330,14 +327,16 @@ class BrokerClient:
         answers = {}
         parent = os.getppid()
         while pending:
-            try:
-                rid, row, error, model_s, denoise_steps = decode(self.replies.get(timeout=CLIENT_WAIT_SLICE_S))
-            except queue.Empty:
+            if not self.replies.poll(CLIENT_WAIT_SLICE_S):
                 if self.on_wait is not None:
                     self.on_wait()
                 if os.getppid() != parent:  # the manager (and its broker) is gone
                     raise BrokerError("the evaluation manager exited; this actor stops") from None
                 continue
+            try:
+                rid, row, error, model_s, denoise_steps = decode(self.replies.recv_bytes())
+            except (EOFError, OSError):
+                raise BrokerError("the inference broker has shut down; this actor stops") from None
             if rid not in pending:
                 continue  # a late answer to a call abandoned after an error
             if error is not None:
@@ -373,7 +372,7 @@ class InferenceBroker:
             self.pool = LocalWorkerPool(factory, self.devices, config, self.ctx)
         self.action_horizon: int | None = None
         self._requests: dict[int, Any] = {}  # actor -> our reading end of its request pipe
-        self._replies: dict[int, Any] = {}  # actor -> its reply queue
+        self._replies: dict[int, Outbox] = {}  # actor -> the write end of its reply pipe
         self._slots: dict[int, str] = {}  # actor -> its shared-memory slot, unlinked if it dies
         self._idle: deque[int] = deque()
         self._in_flight: dict[int, deque[_InFlight]] = {}  # worker -> the batches it holds, the running one first
@@ -449,7 +448,7 @@ class InferenceBroker:
             for connection in self._requests.values():
                 connection.close()
             for replies in self._replies.values():
-                _close_queue(replies)
+                replies.close()
             self._requests.clear()
             self._replies.clear()
         self._selector.close()
@@ -464,12 +463,12 @@ class InferenceBroker:
 
     # ----------------------------------------------------------------- actors
     def client(self, actor_id: int) -> BrokerClient:
-        """Register an actor; its client carries its own request pipe and reply queue."""
-        reader, writer = self.ctx.Pipe(duplex=False)
-        replies = self.ctx.Queue()
+        """Register an actor; its client carries its own request pipe and reply pipe."""
+        requests, request_writer = self.ctx.Pipe(duplex=False)
+        reply_reader, replies = self.ctx.Pipe(duplex=False)
         with self._lock:
-            self._requests[actor_id], self._replies[actor_id] = reader, replies
-        return BrokerClient(actor_id, writer, replies, self.action_horizon)
+            self._requests[actor_id], self._replies[actor_id] = requests, Outbox(replies)
+        return BrokerClient(actor_id, request_writer, reply_reader, self.action_horizon)
 
     def forget_actor(self, actor_id: int) -> None:
         """An actor died: drop its queued requests (in-flight ones are answered into the void)."""
@@ -523,12 +522,17 @@ class InferenceBroker:
 
     def _receive(self, timeout: float) -> list:
         """Every message waiting on the control pipe, the workers' and the actors' pipes;
-        waits up to ``timeout`` for the first. A pipe at EOF (its writer died) is let go."""
+        waits up to ``timeout`` for the first. A pipe at EOF (its writer died) is let go. Reply
+        pipes that had no room for a whole reply take more of it as soon as they have."""
         with self._lock:
             actors = {c: a for a, c in self._requests.items()}
+            unsent = [replies for replies in self._replies.values() if replies.waiting]
         workers = self.pool.connections()
         messages = []
-        for connection in self._readable([self._control, *workers, *actors], timeout):
+        for connection in self._pending([self._control, *workers, *actors], unsent, timeout):
+            if isinstance(connection, Outbox):
+                connection.flush()
+                continue
             try:  # one message per wake-up: epoll reports the pipe again while more are waiting
                 messages.append(receive(connection))
             except (EOFError, OSError):  # a SIGKILL may have cut its last message short: dropped
@@ -539,17 +543,17 @@ class InferenceBroker:
                     self._worker_lost = True
         return messages
 
-    def _readable(self, connections: list, timeout: float) -> list:
-        """The connections with something to read, waiting up to ``timeout``. One epoll set kept
-        across calls (registering every pipe on every wake-up cost ~8 us a pipe: 0.5 ms a loop with
-        64 actors), brought up to date with the pipes that came and went."""
-        wanted = set(connections)
+    def _pending(self, readers: list, writers: list[Outbox], timeout: float) -> list:
+        """The readers with something to read and the writers with room, waiting up to ``timeout``.
+        One epoll set kept across calls (registering every pipe on every wake-up cost ~8 us a pipe:
+        0.5 ms a loop with 64 actors), brought up to date with the pipes that came and went."""
+        wanted = {**dict.fromkeys(readers, selectors.EVENT_READ), **dict.fromkeys(writers, selectors.EVENT_WRITE)}
         registered = list(self._selector.get_map().values())
         for key in registered:
             if key.fileobj not in wanted:  # closed already, maybe: by its number, not its fileno()
                 self._selector.unregister(key.fd)
-        for connection in wanted.difference(key.fileobj for key in registered):
-            self._selector.register(connection, selectors.EVENT_READ)
+        for pipe in wanted.keys() - {key.fileobj for key in registered}:
+            self._selector.register(pipe, wanted[pipe])
         return [key.fileobj for key, _ in self._selector.select(timeout)]
 
     def _drop_requests_pipe(self, actor_id: int) -> None:
@@ -583,7 +587,7 @@ class InferenceBroker:
             with self._lock:
                 replies = self._replies.pop(a, None)
             if replies is not None:
-                _close_queue(replies)
+                replies.close()
         elif kind == "stop":
             return False
         return True
@@ -640,7 +644,7 @@ class InferenceBroker:
         with self._lock:
             replies = self._replies.get(actor_id)
         if replies is not None:
-            replies.put(encode(message))  # bytes: the queue's feeder thread (dill) has nothing left to pickle
+            replies.put(encode(message))
 
     def _heal(self) -> None:
         """Restart dead workers."""

@@ -68,7 +68,12 @@ class BatchResult:
 class ModelServer:
     """Runs batches on one model copy. With ``batch_invariant`` each request runs alone (a batch of
     one): batched matmuls sum in an order that depends on the batch size, so a row's floats differ
-    in the last bits with what it was batched with; alone, they never do."""
+    in the last bits with what it was batched with; alone, they never do.
+
+    A batch served by one call has its large arrays stacked into memory the next batch reuses: a
+    policy reads them during ``predict`` and must not keep them (its answer is sent before the
+    next batch). Requests run alone (batch_invariant, or after a failed call) get memory of their
+    own, so an answer that views its input stays intact until the whole batch is answered."""
 
     def __init__(self, factory: PolicyFactory, device: str, worker_id: int, threads: int | None = None,
                  batch_invariant: bool = False):
@@ -85,6 +90,7 @@ class ModelServer:
         self.batch_invariant = batch_invariant
         self.policy = factory(device)
         self.segments = AttachedSegments()  # the actors' observation slots
+        self._batch_memory: dict = {}  # stack_rows's reused memory for whole batches
 
     @property
     def action_horizon(self) -> int:
@@ -93,23 +99,24 @@ class ModelServer:
     def run(self, batch_id: int, requests: Sequence[Request]) -> BatchResult:
         start = time.perf_counter()
         groups = [[r] for r in requests] if self.batch_invariant else [list(requests)]
-        replies = [reply for group in groups for reply in self._answer(group)]
+        reuse = self._batch_memory if len(groups) == 1 else None
+        replies = [reply for group in groups for reply in self._answer(group, reuse)]
         return BatchResult(batch_id, self.worker_id, replies, time.perf_counter() - start,
                            getattr(self.policy, "num_inference_steps", None))
 
-    def _answer(self, requests: list[Request]) -> list[tuple[int, int, Any, str | None]]:
+    def _answer(self, requests: list[Request], reuse: dict | None = None) -> list[tuple[int, int, Any, str | None]]:
         """One model call on ``requests``. If it raises, each request runs alone, so one client's bad
         observation (a missing camera, a wrong state size) fails only that client's request."""
         try:
-            return [(r.actor_id, r.request_id, row, None) for r, row in zip(requests, self._predict(requests))]
+            return [(r.actor_id, r.request_id, row, None) for r, row in zip(requests, self._predict(requests, reuse))]
         except Exception as exc:  # reported to the requester, who raises it; the worker lives on
             if len(requests) > 1:
                 return [reply for r in requests for reply in self._answer([r])]
             return [(requests[0].actor_id, requests[0].request_id, None, f"{type(exc).__name__}: {exc}")]
 
-    def _predict(self, requests: Sequence[Request]) -> list[Any]:
+    def _predict(self, requests: Sequence[Request], reuse: dict | None) -> list[Any]:
         """One model call on ``requests``: each request's row of the Prediction."""
-        obs = stack_rows([self.segments.resolve(r.obs) for r in requests])  # copies out of the slots
+        obs = stack_rows([self.segments.resolve(r.obs) for r in requests], reuse)  # copies out of the slots
         seeds = [r.noise_seed for r in requests]
         prediction = as_prediction(self.policy.predict(obs, noise_seeds=None if None in seeds else seeds), len(requests))
         return [prediction.row(i) for i in range(len(requests))]
