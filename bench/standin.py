@@ -168,19 +168,13 @@ class Window:
 
 def best_schedule(workload: Workload) -> float:
     """Env-steps/s of the best fixed schedule a scheduler knowing L, e and R in advance can run:
-    the actors split evenly over the workers, each worker on the best schedule for its n actors
-    (wam_gym.batching.worker_schedule: a reachable rate, so the true optimum lies between it and
-    ``bound``)."""
-    from wam_gym.batching import worker_schedule
+    the actors in k groups taking turns on the workers, the best k (wam_gym.batching.schedule: a
+    reachable rate, so the true optimum lies between it and ``bound``)."""
+    from wam_gym.batching import schedule
 
-    w, R = workload, workload.replan_steps
-    rate = 0.0
-    for worker in range(w.workers):
-        n = w.actors // w.workers + (worker < w.actors % w.workers)
-        if n:
-            cycle, _ = worker_schedule(n, w.batch_size, w.latency_s, w.per_row_s, R * w.env_step_s)
-            rate += n * R / cycle
-    return rate
+    w = workload
+    cycle, _ = schedule(w.actors, w.workers, w.batch_size, w.latency_s, w.per_row_s, w.replan_steps * w.env_step_s)
+    return w.actors * w.replan_steps / cycle
 
 
 def simulate(workload: Workload, wait_ms: float, pacing: bool = True, seconds: float = 60.0,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.standin import Workload, best_schedule, simulate
-from wam_gym.batching import Batcher, Pacer, Request, best_group_size, worker_schedule
+from wam_gym.batching import Batcher, Pacer, Request, schedule
 
 
 def test_bound_is_the_crossing_of_actor_and_worker_limits():
@@ -37,19 +37,29 @@ def test_best_schedule_reaches_most_of_the_bound():
             assert 0.95 < best_schedule(load) / load.bound()[0] <= 1 + 1e-9
 
 
+def best_group_size(actors: int, workers: int, a: float, c: float, think: float = 0.080, batch_size: int = 16) -> int:
+    return schedule(actors, workers, batch_size, a, c, think)[1]
+
+
 def test_best_group_size():
     # One worker, 8 actors thinking 80 ms, L(b) = 30 + 3b ms: three groups (3, 3, 2) beat one of 8.
-    assert best_group_size(8, 16, 0.030, 0.003, 0.080) == 3
+    assert best_group_size(8, 1, 0.030, 0.003) == 3
     # A fixed cost that dwarfs the think time: one full batch.
-    assert best_group_size(8, 16, 1.0, 0.001, 0.080) == 8
+    assert best_group_size(8, 1, 1.0, 0.001) == 8
     # More actors than a batch holds: at least ceil(n/B) groups.
-    assert best_group_size(40, 16, 0.030, 0.003, 0.080) <= 16
+    assert best_group_size(40, 1, 0.030, 0.003) <= 16
     # The worker the bottleneck, n no multiple of B (the tiny preset on an H200: L(b) = 90.6 ms +
     # 0.06 ms * b): full batches back to back, 148/64 = 2.31 a cycle, not 3 equal groups of 50.
-    assert best_group_size(148, 64, 0.0906, 0.00006, 0.080) == 64
-    assert worker_schedule(148, 64, 0.0906, 0.00006, 0.080)[0] == pytest.approx(148 / 64 * (0.0906 + 64 * 0.00006))
+    assert best_group_size(148, 1, 0.0906, 0.00006, batch_size=64) == 64
+    assert schedule(148, 1, 64, 0.0906, 0.00006, 0.080)[0] == pytest.approx(148 / 64 * (0.0906 + 64 * 0.00006))
+    assert schedule(296, 2, 64, 0.0906, 0.00006, 0.080)[0] == pytest.approx(148 / 64 * (0.0906 + 64 * 0.00006))
     # Not the bottleneck: the actors would wait for full batches; two groups of 50 (no rolling).
-    assert best_group_size(100, 64, 0.0906, 0.00006, 0.080) == 50
+    assert best_group_size(100, 1, 0.0906, 0.00006, batch_size=64) == 50
+    # Groups take turns on any worker: 64 actors, 4 workers run 11 groups of 6 (a cycle of 130.5 ms,
+    # 0.98 of the bound), not each worker's 16 actors in 2 groups of 8 (134 ms).
+    assert best_group_size(64, 4, 0.030, 0.003) == 6
+    assert schedule(64, 4, 16, 0.030, 0.003, 0.080)[0] == pytest.approx((11 * 0.030 + 64 * 0.003) / 4)
+    assert 64 * 8 / schedule(64, 4, 16, 0.030, 0.003, 0.080)[0] > 0.975 * Workload(64, 4, 16).bound()[0]
 
 
 def test_pacer_fits_batch_times_and_counts_active_actors():
@@ -94,7 +104,7 @@ def test_paced_batching_keeps_a_saturated_worker_busy():
     assert mean_batch > 63
 
 
-@pytest.mark.parametrize("actors,workers", [(4, 1), (8, 1), (16, 2), (16, 4), (32, 4), (64, 4)])
+@pytest.mark.parametrize("actors,workers", [(4, 1), (8, 1), (16, 2), (16, 4), (32, 2), (32, 4), (64, 4)])
 def test_paced_batching_reaches_the_best_schedule_in_simulation(actors, workers):
     """The broker's rule with zero overhead, on the stand-in workload: >= 0.97 of the best fixed
     schedule, where always-full batches fall to 0.7-0.86 (actors fall into step)."""

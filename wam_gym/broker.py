@@ -621,6 +621,7 @@ class InferenceBroker:
         if flight is None:
             return  # an answer from before a restart, already resent
         running = flight is held[0]  # a Ray result may overtake the one before it on the way here
+        occupied = time.monotonic() - flight.sent if running else 0.0  # how long it kept its worker (Pacer)
         held.remove(flight)
         if held:
             if running:
@@ -634,7 +635,7 @@ class InferenceBroker:
             self._reply(actor_id, (request_id, row, error, share, result.denoise_steps))
         if self.pacer is not None:
             now = time.monotonic()
-            self.pacer.batch_done(len(flight.requests), result.model_seconds)
+            self.pacer.batch_done(len(flight.requests), max(occupied, result.model_seconds))
             for actor_id, *_ in result.replies:
                 self.pacer.answered(actor_id, now, result.batch_id)
             self.batcher.limit = self.pacer.target(len(self.pool), now)
