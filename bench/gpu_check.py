@@ -503,12 +503,12 @@ def closed_loop(broker, workload: ModelWorkload, window: Window, timeout_s: floa
         control.send((start, stop))
     cpu = getattr(broker, "dispatcher_cpu_s", None)  # the broker's own CPU, where this broker counts it
     cpu_start = cpu() if cpu else None
-    step_times = []
+    runs = []
     end_by = stop + timeout_s
     for control in live:
         if control.poll(max(0.0, end_by - time.monotonic())):
             try:
-                step_times.append(control.recv())
+                runs.append(control.recv())
                 continue
             except (EOFError, OSError):
                 pass
@@ -520,9 +520,9 @@ def closed_loop(broker, workload: ModelWorkload, window: Window, timeout_s: floa
         if actor.is_alive():
             actor.kill()
     lo, hi = start + window.warmup_s, start + window.warmup_s + window.measure_s
-    aligned, aligned_actors = cycle_aligned_rate(step_times, lo, hi, workload.replan_steps)
-    return {"window_rate": window.rate(start, step_times), "aligned_rate": aligned, "aligned_actors": aligned_actors,
-            "finished": len(step_times), "errors": errors, "dispatcher_cpu_s": dispatcher_cpu_s}
+    aligned, aligned_actors = cycle_aligned_rate([run["step_ends"] for run in runs], lo, hi, workload.replan_steps)
+    return {"window_rate": window.rate(start, runs), "aligned_rate": aligned, "aligned_actors": aligned_actors,
+            "finished": len(runs), "errors": errors, "dispatcher_cpu_s": dispatcher_cpu_s}
 
 
 def cycle_aligned_rate(step_times: list[np.ndarray], lo: float, hi: float, replan_steps: int) -> tuple[float | None, int]:

@@ -4,7 +4,9 @@ A model call on b requests takes ``L(b) = a + c*b`` seconds of *sleep*: device t
 waits on, using no CPU, like a GPU kernel. An env step sleeps ``e`` seconds: envs on cores of
 their own. Each actor replans every ``R`` steps. Then the best any scheduler can do is known in
 closed form (``Workload.bound``), and what the broker reaches, divided by it, is the broker's
-efficiency, undisturbed by software-rendered envs that share the model's cores.
+efficiency, undisturbed by software-rendered envs that share the model's cores. Sleeps end late
+(the host's timer: ~0.15 ms idle, up to a few ms under load), so the stand-ins measure their own
+sleeps, and ``as_run`` gives the workload as it really ran: its bound is the tightest one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -91,15 +93,19 @@ class Workload:
 
 
 class SleepPolicy:
-    """A model whose call on b rows sleeps L(b) seconds and answers zero actions."""
+    """A model whose call on b rows sleeps L(b) seconds and answers zero actions, but for the first
+    number of each row: how much longer than L(b) the sleep took (for ``as_run``)."""
 
     def __init__(self, latency_s: float, per_row_s: float, action_horizon: int, device: str = "cpu"):
         self.latency_s, self.per_row_s, self.action_horizon = latency_s, per_row_s, action_horizon
 
     def predict(self, obs, noise_seeds=None):
         b = len(obs[STATE])
-        time.sleep(self.latency_s + self.per_row_s * b)
-        return {"actions": np.zeros((b, self.action_horizon, ACTION_DIM), np.float32)}
+        seconds, start = self.latency_s + self.per_row_s * b, time.perf_counter()
+        time.sleep(seconds)
+        actions = np.zeros((b, self.action_horizon, ACTION_DIM), np.float32)
+        actions[:, 0, 0] = time.perf_counter() - start - seconds
+        return {"actions": actions}
 
 
 def sleep_policy_factory(workload: Workload):
@@ -110,18 +116,32 @@ def sleep_policy_factory(workload: Workload):
 def run_actor(act, workload: Workload, seed: int, control) -> None:
     """One stand-in env: each step calls ``act(obs, step)`` (the policy side: a model call every
     R steps, or a server round trip every step), then sleeps e. Sends "ready" on ``control``,
-    receives (start, stop) monotonic times, sends back its steps' finish times."""
+    receives (start, stop) monotonic times, sends back what it measured: its steps' finish times,
+    how long its steps' sleeps took on average, and what ``act`` returned (the stand-in model's
+    overshoot per call, where it reports one)."""
     obs = workload.observation(seed)
     control.send("ready")
     start, stop = control.recv()
     time.sleep(max(0.0, start - time.monotonic()))
-    times, step = [], 0
+    times, slept, overshoot, step = [], 0.0, [], 0
     while not times or times[-1] < stop:
-        act(obs, step)
+        if (late := act(obs, step)) is not None:
+            overshoot.append(late)
+        before = time.monotonic()
         time.sleep(workload.env_step_s)
         times.append(time.monotonic())
+        slept += times[-1] - before
         step += 1
-    control.send(np.asarray(times))
+    control.send({"step_ends": np.asarray(times), "env_step_s": slept / step, "model_overshoot_s": overshoot})
+
+
+def as_run(workload: Workload, runs: list[dict]) -> Workload:
+    """``workload`` as it ran: env steps as long as the actors' sleeps took, and each call's fixed
+    cost lengthened by the stand-in model's mean overshoot. No scheduler can beat its bound with
+    these envs and this model on this host; what is left below it is the broker's own cost."""
+    overshoot = [late for run in runs for late in run["model_overshoot_s"]]
+    return replace(workload, env_step_s=float(np.mean([run["env_step_s"] for run in runs])),
+                   latency_s=workload.latency_s + (float(np.mean(overshoot)) if overshoot else 0.0))
 
 
 def broker_actor(client, workload: Workload, control) -> None:
@@ -130,7 +150,8 @@ def broker_actor(client, workload: Workload, control) -> None:
 
     def act(obs, step):
         if step % workload.replan_steps == 0:
-            client.predict(obs)
+            return float(client.predict(obs).actions[0, 0, 0])  # SleepPolicy's overshoot (as_run); unread for a real model
+        return None
 
     client.begin_episode(client.actor_id)
     run_actor(act, workload, client.actor_id, control)
@@ -161,9 +182,10 @@ class Window:
         start = time.monotonic() + margin_s
         return start, start + self.warmup_s + self.measure_s
 
-    def rate(self, start: float, step_times: list[np.ndarray]) -> float:
+    def rate(self, start: float, runs: list[dict]) -> float:
+        """Env-steps/s over the window, from run_actor's reports."""
         lo, hi = start + self.warmup_s, start + self.warmup_s + self.measure_s
-        return sum(int(((t >= lo) & (t < hi)).sum()) for t in step_times) / self.measure_s
+        return sum(int(((run["step_ends"] >= lo) & (run["step_ends"] < hi)).sum()) for run in runs) / self.measure_s
 
 
 def best_schedule(workload: Workload) -> float:

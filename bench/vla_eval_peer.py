@@ -222,10 +222,10 @@ def standin_vla_eval(workload, window, wait_ms: float, image_format: str = "raw"
         start, stop = window.times()
         for control in controls:
             control.send((start, stop))
-        step_times = [control.recv() for control in controls]
+        runs = [control.recv() for control in controls]
         for actor in actors:
             actor.join(timeout=10)
-        rate = window.rate(start, step_times)
+        rate = window.rate(start, runs)
     finally:
         for actor in actors:
             if actor.is_alive():

@@ -16,7 +16,8 @@ def test_standin_points_print_broker_bound_best_and_vla_eval(tmp_path):
     rows = [line.split() for line in done.stdout.splitlines() if line[:1] == " " and line.split()[0].isdigit()]
     assert [row[:5] for row in rows] == [["2", "1", "4", "32", "1"], ["3", "2", "4", "32", "2"]]
     for row in rows:
-        broker, bound, best, rule, lockstep, issue, vla_eval = map(float, row[5:12])
+        broker, bound, as_run, best, rule, lockstep, issue, vla_eval = map(float, row[5:13])
         assert broker > 0 and vla_eval > 0 and lockstep > 0 and issue > 0
         assert 0 < best <= bound and 0 < rule <= bound * 1.001
+        assert 0 < as_run <= bound  # the envs' and the model's sleeps never end early
     assert "broker/vla-eval: min" in done.stdout
