@@ -139,7 +139,7 @@ def standin_broker(workload, window, wait_ms: float, backend: str = "local", pac
             actor.join(timeout=10)
         stats = broker.stats.summary()
         stats["dispatcher_us_per_request"] = 1e6 * cpu / max(stats["requests"], 1)
-        return window.rate(start, runs), stats, as_run(workload, runs)
+        return window.rate(start, runs), stats, as_run(workload, runs, *window.counted(start))
 
 
 SWEEP = {

@@ -519,7 +519,7 @@ def closed_loop(broker, workload: ModelWorkload, window: Window, timeout_s: floa
         actor.join(timeout=5)
         if actor.is_alive():
             actor.kill()
-    lo, hi = start + window.warmup_s, start + window.warmup_s + window.measure_s
+    lo, hi = window.counted(start)
     aligned, aligned_actors = cycle_aligned_rate([run["step_ends"] for run in runs], lo, hi, workload.replan_steps)
     return {"window_rate": window.rate(start, runs), "aligned_rate": aligned, "aligned_actors": aligned_actors,
             "finished": len(runs), "errors": errors, "dispatcher_cpu_s": dispatcher_cpu_s}

@@ -116,32 +116,40 @@ def sleep_policy_factory(workload: Workload):
 def run_actor(act, workload: Workload, seed: int, control) -> None:
     """One stand-in env: each step calls ``act(obs, step)`` (the policy side: a model call every
     R steps, or a server round trip every step), then sleeps e. Sends "ready" on ``control``,
-    receives (start, stop) monotonic times, sends back what it measured: its steps' finish times,
-    how long its steps' sleeps took on average, and what ``act`` returned (the stand-in model's
-    overshoot per call, where it reports one)."""
+    receives (start, stop) monotonic times, sends back what it measured: each step's finish time
+    and how long its sleep took, and what ``act`` returned when (the stand-in model's overshoot
+    per call, where it reports one)."""
     obs = workload.observation(seed)
     control.send("ready")
     start, stop = control.recv()
     time.sleep(max(0.0, start - time.monotonic()))
-    times, slept, overshoot, step = [], 0.0, [], 0
+    times, slept, calls, step = [], [], [], 0
     while not times or times[-1] < stop:
         if (late := act(obs, step)) is not None:
-            overshoot.append(late)
+            calls.append((time.monotonic(), late))
         before = time.monotonic()
         time.sleep(workload.env_step_s)
         times.append(time.monotonic())
-        slept += times[-1] - before
+        slept.append(times[-1] - before)
         step += 1
-    control.send({"step_ends": np.asarray(times), "env_step_s": slept / step, "model_overshoot_s": overshoot})
+    control.send({"step_ends": np.asarray(times), "step_sleeps": np.asarray(slept),
+                  "model_overshoot": np.asarray(calls).reshape(-1, 2)})
 
 
-def as_run(workload: Workload, runs: list[dict]) -> Workload:
-    """``workload`` as it ran: env steps as long as the actors' sleeps took, and each call's fixed
-    cost lengthened by the stand-in model's mean overshoot. No scheduler can beat its bound with
-    these envs and this model on this host; what is left below it is the broker's own cost."""
-    overshoot = [late for run in runs for late in run["model_overshoot_s"]]
-    return replace(workload, env_step_s=float(np.mean([run["env_step_s"] for run in runs])),
-                   latency_s=workload.latency_s + (float(np.mean(overshoot)) if overshoot else 0.0))
+def as_run(workload: Workload, runs: list[dict], lo: float, hi: float) -> Workload:
+    """``workload`` as it ran in [lo, hi) (the window steps are counted in; while 64 actors start,
+    sleeps end far later): env steps as long as the actors' sleeps took, and each call's fixed cost
+    lengthened by the stand-in model's mean overshoot. No scheduler can beat its bound with these
+    envs and this model on this host; what is left below it is the broker's own cost."""
+
+    def within(times):
+        return (times >= lo) & (times < hi)
+
+    sleeps = np.concatenate([run["step_sleeps"][within(run["step_ends"])] for run in runs])
+    calls = np.concatenate([run["model_overshoot"] for run in runs])
+    overshoot = calls[within(calls[:, 0]), 1]
+    return replace(workload, env_step_s=float(np.mean(sleeps)) if len(sleeps) else workload.env_step_s,
+                   latency_s=workload.latency_s + (float(np.mean(overshoot)) if len(overshoot) else 0.0))
 
 
 def broker_actor(client, workload: Workload, control) -> None:
@@ -182,9 +190,13 @@ class Window:
         start = time.monotonic() + margin_s
         return start, start + self.warmup_s + self.measure_s
 
+    def counted(self, start: float) -> tuple[float, float]:
+        """The monotonic times steps are counted between, for a run started at ``start``."""
+        return start + self.warmup_s, start + self.warmup_s + self.measure_s
+
     def rate(self, start: float, runs: list[dict]) -> float:
         """Env-steps/s over the window, from run_actor's reports."""
-        lo, hi = start + self.warmup_s, start + self.warmup_s + self.measure_s
+        lo, hi = self.counted(start)
         return sum(int(((run["step_ends"] >= lo) & (run["step_ends"] < hi)).sum()) for run in runs) / self.measure_s
 
 
