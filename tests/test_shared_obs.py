@@ -66,7 +66,7 @@ def test_requests_with_images_of_other_sizes_never_share_a_batch():
     small, large = slot.share([row(1, 96)])[0], ObservationSlot().share([row(1, 160)])[0]
     assert shape_key(small) != shape_key(large)
     assert Request(0, 0, small, None, 0.0).key == shape_key(small)
-    assert 96 * 96 * 3 >= MIN_SHARED_BYTES
+    assert 32 * 32 * 3 >= MIN_SHARED_BYTES  # even small images go to the slot
     slot.close()
 
 

@@ -115,13 +115,14 @@ def worker_devices(config: BrokerConfig, available_gpus: int | None = None) -> l
 
 
 class LocalWorkerPool:
-    """Model workers as processes of this machine: batches in on a pipe each, results out on
-    a pipe each (the broker waits on ``connections()``)."""
+    """Model workers as processes of this machine: batches in on a pipe each (written without
+    blocking: a batch may be larger than the pipe takes at once while its worker is busy), results
+    out on a pipe each (the broker waits on ``connections()``, and on ``unsent()`` for room)."""
 
     def __init__(self, factory: PolicyFactory, devices: list[str], config: BrokerConfig, ctx):
         self.factory, self.devices, self.config, self.ctx = factory, devices, config, ctx
         self.processes: list[Any] = [None] * len(devices)
-        self.inboxes: list[Any] = [None] * len(devices)
+        self.inboxes: list[Outbox | None] = [None] * len(devices)
         self.outboxes: list[Any] = [None] * len(devices)  # our reading ends of the result pipes
 
     def __len__(self) -> int:
@@ -130,7 +131,8 @@ class LocalWorkerPool:
     def start(self, i: int) -> None:
         self._discard(i)
         reader, writer = self.ctx.Pipe(duplex=False)
-        inbox, self.inboxes[i] = self.ctx.Pipe(duplex=False)
+        inbox, writer_in = self.ctx.Pipe(duplex=False)
+        self.inboxes[i] = Outbox(writer_in)
         self.outboxes[i] = reader
         self.processes[i] = self.ctx.Process(
             target=serve_forever, name=f"wam-model-worker-{i}", daemon=True,
@@ -151,6 +153,10 @@ class LocalWorkerPool:
     def connections(self) -> list[Any]:
         return [c for c in self.outboxes if c is not None]
 
+    def unsent(self) -> list[Outbox]:
+        """The batch pipes holding part of a batch the pipe had no room for yet."""
+        return [inbox for inbox in self.inboxes if inbox is not None and inbox.waiting]
+
     def lost(self, connection) -> None:
         """``connection`` reached EOF: its worker has exited."""
         i = self.outboxes.index(connection)
@@ -158,13 +164,9 @@ class LocalWorkerPool:
         connection.close()
 
     def submit(self, i: int, batch_id: int, requests: list[Request]) -> None:
-        """Sent from the dispatcher's own thread (a queue's feeder thread would wait for the GIL
-        behind the reply queues'): the worker holds no other batch, so it is reading its pipe, and
-        a batch of handles fits the pipe's buffer."""
-        try:
-            send(self.inboxes[i], (batch_id, requests))
-        except OSError:  # it died: the broker restarts it and resends this batch
-            pass
+        """Sent from the dispatcher's own thread, never blocking it (a worker that died takes its
+        batches with it: the broker restarts it and resends them)."""
+        self.inboxes[i].put(encode((batch_id, requests)))
 
     def alive(self, i: int) -> bool:
         return self.processes[i] is not None and self.processes[i].is_alive()
@@ -193,10 +195,7 @@ class LocalWorkerPool:
     def close(self) -> None:
         for i, process in enumerate(self.processes):
             if process is not None and process.is_alive():
-                try:
-                    send(self.inboxes[i], None)
-                except OSError:
-                    pass
+                self.inboxes[i].put(encode(None))  # one that cannot take it now is killed after the join below
         for i, process in enumerate(self.processes):
             if process is not None and process.pid is not None:  # None: its start failed (a start-up error)
                 process.join(timeout=10)
@@ -251,8 +250,8 @@ class BrokerStats:
         }
 
 
-# Batches a worker holds at most: the one it runs and one full batch waiting in its pipe. A batch
-# is handles only (~100 bytes a request), so two fit the pipe's buffer and never block the dispatcher.
+# Batches a worker holds at most: the one it runs and one full batch waiting in its pipe. A batch is
+# handles (~100 bytes a request) and its pipe is written without blocking: the dispatcher never waits.
 MAX_HELD = 2
 
 
@@ -527,6 +526,7 @@ class InferenceBroker:
         with self._lock:
             actors = {c: a for a, c in self._requests.items()}
             unsent = [replies for replies in self._replies.values() if replies.waiting]
+        unsent += self.pool.unsent()
         workers = self.pool.connections()
         messages = []
         for connection in self._pending([self._control, *workers, *actors], unsent, timeout):

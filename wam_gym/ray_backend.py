@@ -118,6 +118,9 @@ class RayWorkerPool:
     def connections(self) -> list:
         return []  # results arrive through post()
 
+    def unsent(self) -> list:
+        return []  # batches go by Ray's remote calls
+
     def _watch(self) -> None:
         while not self._stop.is_set():
             with self._lock:
