@@ -165,7 +165,10 @@ def unlink(name: str) -> None:
     except FileNotFoundError:
         return
     memory.close()
-    memory.unlink()
+    try:
+        memory.unlink()
+    except FileNotFoundError:  # its actor unlinked it in between (a server session that just ended)
+        pass
 
 
 def _is_large(value: Any) -> bool:
