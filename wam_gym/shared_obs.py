@@ -98,10 +98,11 @@ class ObservationSlot:
 
 
 def _release(memory: shared_memory.SharedMemory) -> None:
+    """Close and unlink ``memory``; the other side (an actor, the broker) may have unlinked it already."""
     memory.close()
     try:
         memory.unlink()
-    except FileNotFoundError:  # the broker unlinked it: it took this actor for gone
+    except FileNotFoundError:  # the broker took its actor for gone, or a session ended meanwhile
         pass
 
 
@@ -164,11 +165,7 @@ def unlink(name: str) -> None:
         memory = shared_memory.SharedMemory(name=name)
     except FileNotFoundError:
         return
-    memory.close()
-    try:
-        memory.unlink()
-    except FileNotFoundError:  # its actor unlinked it in between (a server session that just ended)
-        pass
+    _release(memory)
 
 
 def _is_large(value: Any) -> bool:
