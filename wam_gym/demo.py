@@ -57,9 +57,9 @@ class DemoConfig:
     trials: int = 10  # evaluation episodes per task and agent
     eval_seed: int = 1000  # demos use seeds 0.., evaluation unseen ones
     max_episode_steps: int = 150  # demos and evaluation stop here
-    # actions executed from each predicted chunk (32: task=demo's whole chunk, so all 4 predicted frames are scored)
-    replan_steps: int = 32
-    frame_stride: int = 8  # env steps between predicted frames (training, dataset.frame_stride)
+    # actions executed from each predicted chunk; null: the whole chunk (task=demo's model.action_horizon,
+    # 32), so every predicted frame is scored. The frames' stride is the model's (action_horizon // frames)
+    replan_steps: int | None = None
     # env steps between the frames of the VAE's training clips. Its causal convolutions learn from
     # neighbouring frames, and closer ones fit faster: on the demo's clips 800 steps reach 25.2 dB at 4, 24.2 at 8
     vae_frame_stride: int = 4
@@ -131,7 +131,6 @@ class Demo:
             "task=demo", f"dataset.root={self.out / 'data'}", f"output_dir={self.out / 'train'}",
             f"model.vae_path={self.out / 'vae'}",
             f"model.image_size=[{c.image_size},{c.image_size}]", f"max_steps={c.train_steps}",
-            f"dataset.frame_stride={c.frame_stride}",
             f"batch_size={c.batch_size}", "+infra=cache", "infra.compile.enabled=false",
             f"save_every={max(1, c.train_steps // 3)}", f"warmup_steps={min(100, c.train_steps // 10)}",
         ]
@@ -158,7 +157,7 @@ class Demo:
         ]
         if agent == "wam":
             command += [
-                f"ckpt={self.out / 'train' / 'checkpoint'}", f"EVALUATION.replan_steps={c.replan_steps}",
+                f"ckpt={self.out / 'train' / 'checkpoint'}", f"EVALUATION.replan_steps={c.replan_steps or 'null'}",
                 f"EVALUATION.num_inference_steps={c.inference_steps}", f"EVALUATION.shift={c.shift}",
                 "EVALUATION.eval_save_video=true", "EVALUATION.visualize_future_video=true",
                 # the expected future, which PSNR and SSIM score fairly (a sample is one of many possible futures)
@@ -219,11 +218,16 @@ class Demo:
             print(f"[demo] no paired comparison: {exc}")
             return None
 
+    def _executed_per_chunk(self) -> int:
+        """Actions the WAM executed from each chunk: ``replan_steps``, or its checkpoint's whole chunk."""
+        config = json.loads((self.out / "train" / "checkpoint" / "wam_config.json").read_text())
+        return self.config.replan_steps or config["action_horizon"]
+
     def _strip(self, wam: dict, videos: list[str]) -> str | None:
         """imagination_strip.png: per task (its first rollout), the frames the env rendered over
         the frames the WAM imagined for those steps (see wam_gym.utils.video.imagination_strip)."""
         spec = wam.get("imagination")
-        if not spec or self.config.replan_steps % spec["frame_stride"]:
+        if not spec or self._executed_per_chunk() % spec["frame_stride"]:
             return None
         rows = []
         for task in self.config.tasks:
@@ -381,12 +385,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-steps", type=int)
     parser.add_argument("--episodes", type=int)
     parser.add_argument("--trials", type=int)
-    parser.add_argument("--frame-stride", type=int, help="env steps between predicted frames (default 8)")
-    parser.add_argument("--replan-steps", type=int, help="actions executed per chunk (default 32)")
+    parser.add_argument("--replan-steps", type=int, help="actions executed per chunk (default: the whole chunk, 32)")
     parser.add_argument("--action-noise", type=float, help="executed-action noise of the demos (default 0.5)")
     args = parser.parse_args(argv)
     config = DemoConfig.quick(args.output) if args.quick else DemoConfig(output=args.output)
-    for name in ("vae_steps", "train_steps", "episodes", "trials", "frame_stride", "replan_steps", "action_noise"):
+    for name in ("vae_steps", "train_steps", "episodes", "trials", "replan_steps", "action_noise"):
         if getattr(args, name) is not None:
             setattr(config, name, getattr(args, name))
     os.environ.setdefault("MUJOCO_GL", "egl")

@@ -153,10 +153,7 @@ class WAMPolicy:
 
     @torch.no_grad()
     def _predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None) -> Prediction:
-        batch = _rows(obs)
-        current = self.model.encode_video(self._frames(obs[PIXELS], batch))
-        state = self._state(obs[STATE], batch)
-        text = self.prompt_cache.encode(self._instructions(obs[INSTRUCTION], batch))
+        current, state, text = self._condition(obs, _rows(obs))
         x0 = self.sample(current, state, text, noise_seeds)
         actions = self.normalizer.unnormalize_actions(x0["action"].cpu().numpy())
         video = None
@@ -164,33 +161,46 @@ class WAMPolicy:
             video = video_to_uint8(self.model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
         return Prediction(actions=actions, video=video)
 
+    def _condition(self, obs: Mapping[str, Any], batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What a model call is conditioned on: the current frame's latent, the normalised state, the text."""
+        current = self.model.encode_video(self._frames(obs[PIXELS], batch))
+        state = self._state(obs[STATE], batch)
+        return current, state, self.prompt_cache.encode(self._instructions(obs[INSTRUCTION], batch))
+
     @torch.no_grad()
     def sample(
-        self, current: torch.Tensor, state: torch.Tensor, text: torch.Tensor, noise_seeds: Sequence[int] | None = None
+        self, current: torch.Tensor, state: torch.Tensor, text: torch.Tensor, noise_seeds: Sequence[int] | None = None,
+        actions: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Denoise an action chunk (and, in joint video mode, the future latents) given the
         current-frame latent (B, C, 1, h, w), normalised state and text embeddings; checks
         the result is finite. Returns normalised x0 per modality (``video``: the future latents, also
         for a model that denoises their change, ``model.video_target=change``; with
-        ``future_video=expected`` the first step's estimate of them, from pure noise)."""
+        ``future_video=expected`` the first step's estimate of them, from pure noise).
+
+        ``actions`` (B, T, A), normalised, are held clean (noise level 0) instead: only the future
+        latents are denoised (the world model, :mod:`agents.wam.world_model`), and x0 has no ``action``."""
         model, cfg = self.model, self.model.config
         batch = current.shape[0]
         joint = cfg.video_mode == "joint"
-        shapes = {"action": (cfg.action_horizon, cfg.action_dim)}
+        held = actions is not None
+        shapes = {} if held else {"action": (cfg.action_horizon, cfg.action_dim)}
         if joint:
             c, _, h, w = current.shape[1:]
             shapes["video"] = (c, cfg.latent_frames - 1, h, w)
         noise = self._noise(batch, shapes, noise_seeds)
         cross_kv = {} if self.config.inference_cross_kv_reuse else None
-        expected = [] if joint and self.config.future_video == "expected" else None
+        expected = [] if joint and not held and self.config.future_video == "expected" else None
+        clean = torch.zeros(batch, device=model.device)
 
         def denoise(x: dict[str, torch.Tensor], sigma: torch.Tensor) -> dict[str, torch.Tensor]:
             sigmas = sigma.expand(batch)
             latents = torch.cat([current, x["video"]], dim=2) if joint else current
-            video_v, action_v = model(latents, sigmas, x["action"], sigmas, state, text, cross_kv=cross_kv)
+            action, action_sigma = (actions, clean) if held else (x["action"], sigmas)
+            video_v, action_v = model(latents, sigmas, action, action_sigma, state, text, cross_kv=cross_kv)
             if expected == []:  # the first step, from pure noise: its x0 estimate is the expected future
                 expected.append(x["video"] - sigma * video_v)
-            return {"action": action_v, "video": video_v} if joint else {"action": action_v}
+            return {**({} if held else {"action": action_v}), **({"video": video_v} if joint else {})}
 
         x0 = self.sampler.sample(denoise, noise)
         if expected:

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from agents.wam.frames import video_to_uint8
-from agents.wam.policy import NonFiniteOutputError, Prediction, WAMPolicy, _rows
-from envs.protocol import ACTION, INSTRUCTION, PIXELS, STATE
+from agents.wam.policy import Prediction, WAMPolicy, _rows
+from envs.protocol import ACTION
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +65,9 @@ class WorldModel(WAMPolicy):
         env units (else None).
         """
         batch = _rows(obs)
-        current = self.model.encode_video(self._frames(obs[PIXELS], batch))
-        state = self._state(obs[STATE], batch)
-        text = self.prompt_cache.encode(self._instructions(obs[INSTRUCTION], batch))
+        current, state, text = self._condition(obs, batch)
         actions = self._actions(obs[ACTION], batch)
-        future = self.imagine(current, state, text, actions, noise_seeds)
+        future = self.sample(current, state, text, noise_seeds, actions=actions)["video"]
         latents = torch.cat([current, future], dim=2)
         states = None
         if self.predicts_state:
@@ -78,29 +76,3 @@ class WorldModel(WAMPolicy):
             states = self.normalizer.unnormalize_state(next_states.cpu().numpy())
         video = video_to_uint8(self.model.decode_latents(latents))
         return Prediction(actions=self.normalizer.unnormalize_actions(actions.cpu().numpy()), video=video, states=states)
-
-    @torch.no_grad()
-    def imagine(
-        self, current: torch.Tensor, state: torch.Tensor, text: torch.Tensor, actions: torch.Tensor,
-        noise_seeds: Sequence[int] | None = None,
-    ) -> torch.Tensor:
-        """Denoise the future latents (B, C, F', h, w) with the normalised actions held clean."""
-        model, cfg = self.model, self.model.config
-        batch = current.shape[0]
-        c, _, h, w = current.shape[1:]
-        noise = self._noise(batch, {"video": (c, cfg.latent_frames - 1, h, w)}, noise_seeds)
-        clean = torch.zeros(batch, device=model.device)
-        cross_kv = {} if self.config.inference_cross_kv_reuse else None
-
-        def denoise(x: dict[str, torch.Tensor], sigma: torch.Tensor) -> dict[str, torch.Tensor]:
-            latents = torch.cat([current, x["video"]], dim=2)
-            video_v, _ = model(latents, sigma.expand(batch), actions, clean, state, text, cross_kv=cross_kv)
-            return {"video": video_v}
-
-        future = model.future_latents(current, self.sampler.sample(denoise, noise)["video"])
-        if not torch.isfinite(future).all():
-            raise NonFiniteOutputError(
-                "the world model predicted non-finite frames (NaN/inf). Check the checkpoint, or run with "
-                "model.encoder_mode.*=fp32 to rule out overflow"
-            )
-        return future
