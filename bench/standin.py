@@ -223,7 +223,7 @@ def simulate(workload: Workload, wait_ms: float, pacing: bool = True, seconds: f
     w, rng = workload, random.Random(seed)
     batcher, pacer = Batcher(w.batch_size, wait_ms), Pacer(w.batch_size) if pacing else None
     if pacer is not None:
-        batcher.holds = pacer.holds
+        batcher.verdict = pacer.verdict
     events = [(rng.uniform(0, 1e-3), 0, "request", i) for i in range(w.actors)]  # (time, tiebreak, kind, what)
     heapq.heapify(events)
     order, idle, steps, sizes = 1, list(range(w.workers)), 0, []

@@ -57,12 +57,13 @@ class Batcher:
         self.batch_size = batch_size
         self.limit = batch_size  # the batch size released at once (the Pacer's target, at most batch_size)
         self.wait_s = wait_ms / 1000
-        # Set by the broker when batches are paced: a partial group that ``holds`` (members of its last
-        # batch are still out) waits up to ``hold_s`` instead of ``wait_s``, from when a worker could take
-        # it (its oldest request's arrival, or a worker freed after that).
+        # Set by the broker when batches are paced (Pacer.verdict): a partial group that must HOLD (members
+        # of its last batch are still out) waits up to ``hold_s`` instead of ``wait_s``, from when a worker
+        # could take it (its oldest request's arrival, or a worker freed after that); one that may GO (it is
+        # its members' whole last batch: a group of the plan, all back) waits for nobody.
         self.free_since = float("-inf")
         self.hold_s = 0.0
-        self.holds: Callable[[list[Request]], bool] | None = None
+        self.verdict: Callable[[list[Request]], str] | None = None
         self._groups: OrderedDict[Hashable, list[Request]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -88,9 +89,10 @@ class Batcher:
 
     def _due(self, group: list[Request]) -> float:
         """When a partial group is released without more company."""
-        if self.holds is not None and self.holds(group):
+        verdict = WAIT if self.verdict is None else self.verdict(group)
+        if verdict == HOLD:
             return max(group[0].arrived, self.free_since) + max(self.hold_s, self.wait_s)
-        return group[0].arrived + self.wait_s
+        return group[0].arrived + (0.0 if verdict == GO else self.wait_s)
 
     def pop_ready(self, now: float) -> list[Request] | None:
         """The next batch to run: a full group first, else the group whose wait expired first."""
@@ -115,6 +117,10 @@ class Batcher:
             del self._groups[key]
         return batch
 
+
+# How a partial group waits for company (Pacer.verdict): up to the batch wait, up to one call's fixed
+# cost for its stragglers, or not at all.
+WAIT, HOLD, GO = "wait", "hold", "go"
 
 # Batch timings kept per batch size, and think times kept, for the Pacer's estimates.
 PACER_WINDOW = 64
@@ -151,9 +157,13 @@ class Pacer:
     actors settled into batches of 5, 13 and 14 where the plan was 16 and 16). So each actor's
     group is the batch that last answered it, and a partial group with members still out
     (:meth:`holds`) waits up to one call's fixed cost for them (:meth:`hold_s`): what a batch of
-    their own would cost. Groups that did fragment (8 actors in four pairs where the plan is 3, 3
-    and 2: each pair a whole group, so nobody is missing) are joined again: while recent batches
-    average under ``FRAGMENTED`` x the target, a partial group also waits for whoever is due next.
+    their own would cost. A group that is all back, of a size the plan has, goes at once: nobody
+    else is due to join it, and the batch wait would idle a free worker (8 actors on one worker:
+    the plan's group of 2 waited 5 ms a cycle, 0.972 of the bound where the best schedule reaches
+    0.989); a smaller one waits, so that remnants join again. Groups that did fragment (8 actors in
+    four pairs where the plan is 3, 3 and 2: each pair a whole group, so nobody is missing) are
+    joined again: while recent batches average under ``FRAGMENTED`` x the target, a partial group
+    also waits for whoever is due next.
     """
 
     def __init__(self, batch_size: int):
@@ -166,6 +176,7 @@ class Pacer:
         self._seen: set[int] = set()  # actors that sent a request (until forgotten)
         self._sizes: deque[int] = deque(maxlen=PACER_RECENT)  # recent batch sizes
         self._target, self._refresh_at = batch_size, float("-inf")
+        self._smallest = batch_size  # the plan's smallest group: its N actors in k groups of floor or ceil(N/k)
 
     def batch_done(self, size: int, seconds: float) -> None:
         self._times.setdefault(size, deque(maxlen=PACER_WINDOW)).append(seconds)
@@ -194,6 +205,14 @@ class Pacer:
             self._out[batch] -= 1
             if not self._out[batch]:
                 del self._out[batch]
+
+    def verdict(self, group: list) -> str:
+        """How the partial ``group`` waits for company: HOLD for stragglers (:meth:`holds`); GO when every
+        member was batched before and none of their last batches' actors is out (the group is back whole);
+        else WAIT, the batch wait (actors new to the broker gather in it)."""
+        if self.holds(group):
+            return HOLD
+        return GO if len(group) >= self._smallest and all(r.actor_id in self._cohort for r in group) else WAIT
 
     def holds(self, group: list) -> bool:
         """Whether some actor that was batched with a member of ``group`` last time is not back yet: a
@@ -234,18 +253,20 @@ class Pacer:
     def target(self, workers: int, now: float) -> int:
         """The batch size to release at once, worked out again every PACER_REFRESH_S."""
         if now >= self._refresh_at:
-            self._target, self._refresh_at = self._work_out(workers, now), now + PACER_REFRESH_S
+            (self._target, self._smallest), self._refresh_at = self._work_out(workers, now), now + PACER_REFRESH_S
         return self._target
 
-    def _work_out(self, workers: int, now: float) -> int:
+    def _work_out(self, workers: int, now: float) -> tuple[int, int]:
+        """The plan's (largest, smallest) group: the target, and the least a group that goes at once holds."""
         fit = self.batch_time()
         if fit is None or not self._think or workers < 1:
-            return self.batch_size
+            return self.batch_size, self.batch_size
         think = float(np.median(self._think))
         a, c = fit
         horizon = PACER_IDLE_CYCLES * (think + a + c * self.batch_size)
-        active = sum(1 for actor in self._seen if now - self._answered.get(actor, now) <= horizon)
-        return schedule(max(active, 1), workers, self.batch_size, a, c, think)[1]
+        active = max(1, sum(1 for actor in self._seen if now - self._answered.get(actor, now) <= horizon))
+        largest = schedule(active, workers, self.batch_size, a, c, think)[1]
+        return largest, active // -(-active // largest)
 
 
 def schedule(actors: int, workers: int, batch_size: int, a: float, c: float, think: float) -> tuple[float, int]:

@@ -359,7 +359,7 @@ class InferenceBroker:
         self.batcher = Batcher(config.inference_batch_size, config.inference_batch_wait_ms)
         self.pacer = Pacer(config.inference_batch_size) if config.batch_pacing else None
         if self.pacer is not None:
-            self.batcher.holds = self.pacer.holds
+            self.batcher.verdict = self.pacer.verdict
         self.stats = BrokerStats()
         if config.backend == "ray":
             from wam_gym.ray_backend import RayWorkerPool, ray_devices
