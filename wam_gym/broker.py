@@ -356,6 +356,7 @@ class InferenceBroker:
         self._control, self._control_writer = self.ctx.Pipe(duplex=False)
         self._control_lock = threading.Lock()
         self._selector = selectors.DefaultSelector()  # the dispatcher's: every pipe it reads
+        self._watching: tuple[list, list] = ([], [])  # the (readers, writers) _selector watches
         self.batcher = Batcher(config.inference_batch_size, config.inference_batch_wait_ms)
         self.pacer = Pacer(config.inference_batch_size) if config.batch_pacing else None
         if self.pacer is not None:
@@ -546,14 +547,17 @@ class InferenceBroker:
     def _pending(self, readers: list, writers: list[Outbox], timeout: float) -> list:
         """The readers with something to read and the writers with room, waiting up to ``timeout``.
         One epoll set kept across calls (registering every pipe on every wake-up cost ~8 us a pipe:
-        0.5 ms a loop with 64 actors), brought up to date with the pipes that came and went."""
-        wanted = {**dict.fromkeys(readers, selectors.EVENT_READ), **dict.fromkeys(writers, selectors.EVENT_WRITE)}
-        registered = list(self._selector.get_map().values())
-        for key in registered:
-            if key.fileobj not in wanted:  # closed already, maybe: by its number, not its fileno()
-                self._selector.unregister(key.fd)
-        for pipe in wanted.keys() - {key.fileobj for key in registered}:
-            self._selector.register(pipe, wanted[pipe])
+        0.5 ms a loop with 64 actors), brought up to date when the pipes came or went (comparing
+        the set's map with them cost ~20 us a wake-up with 64 actors, the pipes themselves ~0.3)."""
+        if (readers, writers) != self._watching:
+            self._watching = (readers, writers)
+            wanted = {**dict.fromkeys(readers, selectors.EVENT_READ), **dict.fromkeys(writers, selectors.EVENT_WRITE)}
+            registered = list(self._selector.get_map().values())
+            for key in registered:
+                if key.fileobj not in wanted:  # closed already, maybe: by its number, not its fileno()
+                    self._selector.unregister(key.fd)
+            for pipe in wanted.keys() - {key.fileobj for key in registered}:
+                self._selector.register(pipe, wanted[pipe])
         return [key.fileobj for key, _ in self._selector.select(timeout)]
 
     def _drop_requests_pipe(self, actor_id: int) -> None:
