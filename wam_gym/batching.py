@@ -18,6 +18,10 @@ import numpy as np
 
 from wam_gym.shared_obs import SharedArray
 
+# How a partial group waits for company (Pacer.verdict): up to the batch wait, up to one call's fixed
+# cost for its stragglers, or not at all.
+WAIT, HOLD, GO = "wait", "hold", "go"
+
 
 def shape_key(obs: Mapping[str, Any]) -> Hashable:
     """Requests batch together only if every array has the same shape and dtype."""
@@ -118,10 +122,6 @@ class Batcher:
             del self._groups[key]
         return batch
 
-
-# How a partial group waits for company (Pacer.verdict): up to the batch wait, up to one call's fixed
-# cost for its stragglers, or not at all.
-WAIT, HOLD, GO = "wait", "hold", "go"
 
 # Batch timings kept per batch size, and think times kept, for the Pacer's estimates.
 PACER_WINDOW = 64
@@ -240,7 +240,7 @@ class Pacer:
         """(a, c) of a + c*b, fitted once two batch sizes were timed. Before, from the one size s
         seen, a prior: L(s) = a + c*s with a full batch costing twice a single request (c = a/B).
         None before any batch. In plain Python: the dispatcher fits after every batch, and numpy's
-        median and polyfit on a few points cost it ~1 ms a batch (statistics' ~20 us)."""
+        median and polyfit on a few points cost it ~1 ms a batch (statistics' ~10 us)."""
         points = [(b, statistics.median(t)) for b, t in self._times.items()]
         if len(points) == 1:
             (size, seconds), = points
