@@ -32,6 +32,7 @@ from pathlib import Path
 import imageio.v3 as iio
 import numpy as np
 
+from wam_gym.eval.preflight import CONFIG_FILE
 from wam_gym.eval.tasks import TASK_SETS
 from wam_gym.results import task_slug
 from wam_gym.utils.publish import atomic_path
@@ -77,6 +78,7 @@ class Demo:
     def __init__(self, config: DemoConfig):
         self.config = config
         self.out = Path(config.output).resolve()
+        self.checkpoint = self.out / "train" / "checkpoint"  # the trained WAM, which eval_wam evaluates
         self.logs = self.out / "logs"
         self.timings: dict[str, float] = {}
 
@@ -142,7 +144,7 @@ class Demo:
 
     def train(self) -> None:
         command = [sys.executable, "-m", "training", *self._train_overrides()]
-        self._stage("train", command, self.out / "train" / "checkpoint" / "wam_config.json",
+        self._stage("train", command, self.checkpoint / CONFIG_FILE,
                     env={"WAM_LATENT_CACHE": str(self.out / "cache")})
 
     def evaluate(self, agent: str) -> None:
@@ -157,7 +159,7 @@ class Demo:
         ]
         if agent == "wam":
             command += [
-                f"ckpt={self.out / 'train' / 'checkpoint'}", f"EVALUATION.replan_steps={c.replan_steps or 'null'}",
+                f"ckpt={self.checkpoint}", f"EVALUATION.replan_steps={c.replan_steps or 'null'}",
                 f"EVALUATION.num_inference_steps={c.inference_steps}", f"EVALUATION.shift={c.shift}",
                 "EVALUATION.eval_save_video=true", "EVALUATION.visualize_future_video=true",
                 # the expected future, which PSNR and SSIM score fairly (a sample is one of many possible futures)
@@ -220,7 +222,7 @@ class Demo:
 
     def _executed_per_chunk(self) -> int:
         """Actions the WAM executed from each chunk: ``replan_steps``, or its checkpoint's whole chunk."""
-        config = json.loads((self.out / "train" / "checkpoint" / "wam_config.json").read_text())
+        config = json.loads((self.checkpoint / CONFIG_FILE).read_text())
         return self.config.replan_steps or config["action_horizon"]
 
     def _strip(self, wam: dict, videos: list[str]) -> str | None:
