@@ -200,7 +200,10 @@ class WAMPolicy:
             video_v, action_v = model(latents, sigmas, action, action_sigma, state, text, cross_kv=cross_kv)
             if expected == []:  # the first step, from pure noise: its x0 estimate is the expected future
                 expected.append(x["video"] - sigma * video_v)
-            return {**({} if held else {"action": action_v}), **({"video": video_v} if joint else {})}
+            velocity = {} if held else {"action": action_v}
+            if joint:
+                velocity["video"] = video_v
+            return velocity
 
         x0 = self.sampler.sample(denoise, noise)
         if expected:
