@@ -165,12 +165,14 @@ def _wait_healthy(port: int, deadline: float) -> None:
 
 
 def _summary(stats: list[dict]) -> dict:
+    from wam_gym.broker import percentile
+
     sizes = [b for s in stats for b in s["batch_sizes"]]
     waits = [w for s in stats for w in s["queue_wait_s"]]
     model = [m for s in stats for m in s["model_s"]]
 
     def pct(values, q):
-        return float(np.percentile(values, q)) * 1000 if values else 0.0
+        return 1000 * percentile(values, q)
 
     return {
         "batches": len(sizes),
