@@ -15,7 +15,11 @@ One run, one model, one workload (the same tasks, seeds and episode length):
 envs with steps that sleep e (bench/standin.py), sweeps actors x workers x batch size x image
 size x cameras, and prints per point the broker's env-steps/s, the most any scheduler can reach
 (the bound), the same bound for the envs and model as they ran (their sleeps end late on a busy
-host: "as-run"), the synchronous lockstep loop's rate, and broker/bound.
+host: "as-run"), the synchronous lockstep loop's rate, and broker/bound. The timing is the
+issue's (a = 30 ms, c = 3 ms, e = 10 ms, R = 8) unless --latency-ms, --per-row-ms, --env-step-ms
+and --replan-steps give your model's and envs' own:
+
+    python bench/broker.py --standin --no-peer --latency-ms 120 --per-row-ms 12 --point 32,4,16
 """
 
 from __future__ import annotations
@@ -162,7 +166,9 @@ def standin_sweep(args) -> None:
         sweeps = {"points": [(n, w, b, *(rest or [224, 2])) for n, w, b, *rest in points]}
     print(f"\nbench/broker.py --standin  {date.today()}  {platform.node()}  {platform.machine()}  "
           f"{os.cpu_count()} cores")
-    example = Workload(1, 1, 1)
+    timing = {"latency_s": args.latency_ms / 1000, "per_row_s": args.per_row_ms / 1000,
+              "env_step_s": args.env_step_ms / 1000, "replan_steps": args.replan_steps}
+    example = Workload(1, 1, 1, **timing)
     print(f"model call L(b) = {example.latency_s * 1e3:g} + {example.per_row_s * 1e3:g}*b ms (sleep), env step "
           f"{example.env_step_s * 1e3:g} ms (sleep), replan every {example.replan_steps}; wait {args.wait_ms:g} ms, "
           f"backend {args.backend}; steps counted over {window.measure_s:g} s after {window.warmup_s:g} s")
@@ -173,7 +179,7 @@ def standin_sweep(args) -> None:
     for name, points in sweeps.items():
         print(f"-- {name}")
         for n, w, b, size, cam in points:
-            load = Workload(n, w, b, image_size=size, cameras=cam)
+            load = Workload(n, w, b, image_size=size, cameras=cam, **timing)
             rate, stats, ran = standin_broker(load, window, args.wait_ms, args.backend, not args.no_pacing)
             bound, run_bound, best = load.bound()[0], ran.bound()[0], best_schedule(load)
             rule = simulate(load, args.wait_ms, not args.no_pacing)[0]
@@ -208,13 +214,22 @@ def main() -> None:
     parser.add_argument("--backend", default="local", help="--standin: MULTIRUN.backend (local or ray)")
     parser.add_argument("--no-peer", action="store_true", help="--standin: skip vla-eval's server")
     parser.add_argument("--no-pacing", action="store_true", help="--standin: MULTIRUN.batch_pacing=false")
+    parser.add_argument("--latency-ms", type=float, help="--standin: a, a call's fixed cost (default: the issue's 30)")
+    parser.add_argument("--per-row-ms", type=float, help="--standin: c, each request's extra cost in a call (default 3)")
+    parser.add_argument("--env-step-ms", type=float, help="--standin: e, an env step (default 10)")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="--standin: seconds before steps are counted")
     parser.add_argument("--measure-s", type=float, default=4.0, help="--standin: seconds steps are counted")
     args = parser.parse_args()
     if args.standin:
+        from standin import Workload
+
         from wam_gym.broker import BrokerConfig
 
         args.wait_ms = BrokerConfig.inference_batch_wait_ms if args.wait_ms is None else args.wait_ms
+        issue = Workload(1, 1, 1)
+        args.latency_ms = issue.latency_s * 1000 if args.latency_ms is None else args.latency_ms
+        args.per_row_ms = issue.per_row_s * 1000 if args.per_row_ms is None else args.per_row_ms
+        args.env_step_ms = issue.env_step_s * 1000 if args.env_step_ms is None else args.env_step_ms
         return standin_sweep(args)
     args.wait_ms = 20.0 if args.wait_ms is None else args.wait_ms
 
