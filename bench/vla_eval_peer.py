@@ -165,7 +165,7 @@ def _wait_healthy(port: int, deadline: float) -> None:
 
 
 def _summary(stats: list[dict]) -> dict:
-    from wam_gym.broker import percentile
+    from wam_gym.utils.stats import percentile
 
     sizes = [b for s in stats for b in s["batch_sizes"]]
     waits = [w for s in stats for w in s["queue_wait_s"]]

@@ -27,7 +27,6 @@ from wam_gym.broker import (
     BrokerStats,
     InferenceBroker,
     RemoteInferenceError,
-    percentile,
     worker_devices,
 )
 from wam_gym.model_worker import decode, send
@@ -206,13 +205,6 @@ def test_stats_keep_exact_totals_in_bounded_memory():
     assert (summary["batches"], summary["requests"], summary["mean_batch_size"]) == (STATS_WINDOW + 5, 2 * STATS_WINDOW + 10, 2.0)
     assert len(stats.batch_sizes) == len(stats.queue_wait_s) == STATS_WINDOW
     assert summary["queue_wait_ms_p50"] == pytest.approx(2.0)
-
-
-def test_percentiles_are_numpys_without_numpy():
-    values = list(np.random.default_rng(0).exponential(size=101))
-    for q in (1, 50, 95, 99):
-        assert percentile(values, q) == pytest.approx(np.percentile(values, q), rel=1e-12)
-    assert (percentile([], 95), percentile([0.25], 95)) == (0.0, 0.25)
 
 
 # ----------------------------------------------------------------- devices

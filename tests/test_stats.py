@@ -6,6 +6,7 @@ import functools
 import math
 import random
 
+import numpy as np
 import pytest
 from scipy import special
 from scipy.stats import binomtest
@@ -22,6 +23,7 @@ from wam_gym.utils.stats import (
     mover,
     paired_difference_interval,
     paired_e_value,
+    percentile,
     sequential_paired_decision,
     wilson,
     z_value,
@@ -337,3 +339,10 @@ def test_sequential_paired_decision():
         sequential_paired_decision(0, 0, remaining_pairs=-1)
     with pytest.raises(ValueError):
         sequential_paired_decision(0, 0, remaining_pairs=1, alpha=1.0)
+
+
+def test_percentiles_are_numpys_without_numpy():
+    values = list(np.random.default_rng(0).exponential(size=101))
+    for q in (1, 50, 95, 99):
+        assert percentile(values, q) == pytest.approx(np.percentile(values, q), rel=1e-12)
+    assert (percentile([], 95), percentile([0.25], 95)) == (0.0, 0.25)

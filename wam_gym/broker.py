@@ -33,7 +33,6 @@ import logging
 import os
 import selectors
 import signal
-import statistics
 import threading
 import time
 from collections import deque
@@ -49,6 +48,7 @@ from wam_gym.batching import Batcher, Pacer, Request
 from wam_gym.model_worker import BatchResult, PolicyFactory, decode, encode, receive, send, serve_forever
 from wam_gym.outbox import Outbox
 from wam_gym.shared_obs import ObservationSlot, unlink
+from wam_gym.utils.stats import percentile
 
 logger = logging.getLogger(__name__)
 BACKENDS = ("local", "ray")
@@ -213,15 +213,6 @@ STATS_WINDOW = 10_000
 STALL_MIN_SAMPLES = 20
 # How often the dispatcher looks for stalled workers and for restarted ones that never finished loading.
 WATCH_INTERVAL_S = 1.0
-
-
-def percentile(values, q: int) -> float:
-    """numpy's default (linear) ``q``-th percentile of ``values``, in plain Python: np.percentile's first
-    call imports numpy.ma, which stalls the dispatcher's thread (8 ms on an idle machine, 72 ms in a
-    profiled run of 4 actors) whether the watchdog or a /stats request asks first."""
-    if len(values) < 2:
-        return float(values[0]) if values else 0.0
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 @dataclass
