@@ -195,6 +195,9 @@ def standin_sweep(args) -> None:
 
 
 def main() -> None:
+    from standin import Workload
+
+    issue = Workload(1, 1, 1)  # the issue's timing: the stand-ins' defaults
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", help="checkpoint directory (default: the tiny preset, random weights)")
     parser.add_argument("--actors", type=int, default=4, help="MULTIRUN.env_num_per_worker")
@@ -205,7 +208,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="device of the sequential and offline runs")
     parser.add_argument("--trials", type=int, default=4, help="episodes per task")
     parser.add_argument("--steps", type=int, default=48, help="steps per episode")
-    parser.add_argument("--replan-steps", type=int, default=8)
+    parser.add_argument("--replan-steps", type=int, default=issue.replan_steps)
     parser.add_argument("--inference-steps", type=int, default=10)
     parser.add_argument("--standin", action="store_true", help="stand-in model and envs: the broker against the bound")
     parser.add_argument("--sweep", help="--standin: only the sweep whose name starts with this")
@@ -214,22 +217,19 @@ def main() -> None:
     parser.add_argument("--backend", default="local", help="--standin: MULTIRUN.backend (local or ray)")
     parser.add_argument("--no-peer", action="store_true", help="--standin: skip vla-eval's server")
     parser.add_argument("--no-pacing", action="store_true", help="--standin: MULTIRUN.batch_pacing=false")
-    parser.add_argument("--latency-ms", type=float, help="--standin: a, a call's fixed cost (default: the issue's 30)")
-    parser.add_argument("--per-row-ms", type=float, help="--standin: c, each request's extra cost in a call (default 3)")
-    parser.add_argument("--env-step-ms", type=float, help="--standin: e, an env step (default 10)")
+    parser.add_argument("--latency-ms", type=float, default=issue.latency_s * 1000,
+                        help="--standin: a, a call's fixed cost (default: the issue's %(default)g)")
+    parser.add_argument("--per-row-ms", type=float, default=issue.per_row_s * 1000,
+                        help="--standin: c, each request's extra cost in a call (default %(default)g)")
+    parser.add_argument("--env-step-ms", type=float, default=issue.env_step_s * 1000,
+                        help="--standin: e, an env step (default %(default)g)")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="--standin: seconds before steps are counted")
     parser.add_argument("--measure-s", type=float, default=4.0, help="--standin: seconds steps are counted")
     args = parser.parse_args()
     if args.standin:
-        from standin import Workload
-
         from wam_gym.broker import BrokerConfig
 
         args.wait_ms = BrokerConfig.inference_batch_wait_ms if args.wait_ms is None else args.wait_ms
-        issue = Workload(1, 1, 1)
-        args.latency_ms = issue.latency_s * 1000 if args.latency_ms is None else args.latency_ms
-        args.per_row_ms = issue.per_row_s * 1000 if args.per_row_ms is None else args.per_row_ms
-        args.env_step_ms = issue.env_step_s * 1000 if args.env_step_ms is None else args.env_step_ms
         return standin_sweep(args)
     args.wait_ms = 20.0 if args.wait_ms is None else args.wait_ms
 
