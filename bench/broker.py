@@ -15,7 +15,9 @@ One run, one model, one workload (the same tasks, seeds and episode length):
 envs with steps that sleep e (bench/standin.py), sweeps actors x workers x batch size x image
 size x cameras, and prints per point the broker's env-steps/s, the most any scheduler can reach
 (the bound), the same bound for the envs and model as they ran (their sleeps end late on a busy
-host: "as-run"), the synchronous lockstep loop's rate, and broker/bound. The timing is the
+host: "as-run"), the synchronous lockstep loop's rate, and broker/bound; then the mean batch, the
+median queue wait and of that the median wait for a batch's last request ("fill50": actors that
+arrive staggered), and the dispatcher's CPU per request. The timing is the
 issue's (a = 30 ms, c = 3 ms, e = 10 ms, R = 8) unless --latency-ms, --per-row-ms, --env-step-ms
 and --replan-steps give your model's and envs' own:
 
@@ -174,7 +176,7 @@ def standin_sweep(args) -> None:
           f"backend {args.backend}; steps counted over {window.measure_s:g} s after {window.warmup_s:g} s")
     print(f"{'N':>3} {'W':>2} {'B':>3} {'img':>4} {'cam':>3} {'broker':>7} {'bound':>7} {'as-run':>7} {'best':>7} "
           f"{'rule':>7} {'lockstep':>8} {'issue':>7} {'vla-eval':>8} {'/bound':>6} {'/run':>6} {'/best':>6} {'/lock':>6} "
-          f"{'/vla':>5} {'batch':>5} {'wait50':>6} {'us/req':>6}")
+          f"{'/vla':>5} {'batch':>5} {'wait50':>6} {'fill50':>6} {'us/req':>6}")
     ratios = []
     for name, points in sweeps.items():
         print(f"-- {name}")
@@ -188,7 +190,7 @@ def standin_sweep(args) -> None:
             print(f"{n:>3} {w:>2} {b:>3} {size:>4} {cam:>3} {rate:7.0f} {bound:7.0f} {run_bound:7.0f} {best:7.0f} "
                   f"{rule:7.0f} {load.lockstep():8.0f} {load.issue_bound():7.0f} {peer:8.0f} {rate / bound:6.3f} "
                   f"{rate / run_bound:6.3f} {rate / best:6.3f} {rate / load.lockstep():6.2f} {rate / peer:5.2f} "
-                  f"{stats['mean_batch_size']:5.1f} {stats['queue_wait_ms_p50']:6.1f} "
+                  f"{stats['mean_batch_size']:5.1f} {stats['queue_wait_ms_p50']:6.1f} {stats['batch_fill_ms_p50']:6.1f} "
                   f"{stats['dispatcher_us_per_request']:6.0f}", flush=True)
     for name, column in zip(("bound", "as-run bound", "best", "vla-eval"), zip(*ratios)):
         print(f"broker/{name}: min {np.min(column):.3f}, median {np.median(column):.3f} ({len(column)} points)")

@@ -23,7 +23,12 @@ def test_standin_points_print_broker_bound_best_and_vla_eval(tmp_path):
     timing = {"latency_s": 0.020, "per_row_s": 0.002, "env_step_s": 0.005, "replan_steps": 4}
     assert [float(row[6]) for row in rows] == [round(Workload(2, 1, 4, **timing).bound()[0]),
                                               round(Workload(3, 2, 4, **timing).bound()[0])]
+    header = next(line.split() for line in done.stdout.splitlines() if line.split()[:2] == ["N", "W"])
+    assert header[-3:] == ["wait50", "fill50", "us/req"]
     for row in rows:
+        assert len(row) == len(header)
+        wait50, fill50 = float(row[-3]), float(row[-2])
+        assert wait50 >= 0 and fill50 >= 0  # the broker's queue wait, and the part spent filling batches
         broker, bound, as_run, best, rule, lockstep, issue, vla_eval = map(float, row[5:13])
         assert broker > 0 and vla_eval > 0 and lockstep > 0 and issue > 0
         assert 0 < best <= bound and 0 < rule <= bound * 1.001

@@ -203,8 +203,17 @@ def test_stats_keep_exact_totals_in_bounded_memory():
         stats.add_batch([0.001, 0.003])
     summary = stats.summary()
     assert (summary["batches"], summary["requests"], summary["mean_batch_size"]) == (STATS_WINDOW + 5, 2 * STATS_WINDOW + 10, 2.0)
-    assert len(stats.batch_sizes) == len(stats.queue_wait_s) == STATS_WINDOW
+    assert len(stats.batch_sizes) == len(stats.queue_wait_s) == len(stats.batch_fill_s) == STATS_WINDOW
     assert summary["queue_wait_ms_p50"] == pytest.approx(2.0)
+    assert summary["batch_fill_ms_p50"] == pytest.approx(2.0)  # the first request waited 2 ms for the second
+
+
+def test_batch_fill_is_the_wait_for_a_batchs_last_request():
+    stats = BrokerStats()
+    stats.add_batch([0.005])  # alone: nothing to wait for
+    stats.add_batch([0.009, 0.004, 0.001])  # sent 8 ms apart, first to last
+    assert list(stats.batch_fill_s) == pytest.approx([0.0, 0.008])
+    assert stats.summary()["batch_fill_ms_p95"] == pytest.approx(7.6)
 
 
 # ----------------------------------------------------------------- devices

@@ -221,6 +221,10 @@ class BrokerStats:
     requests: int = 0
     batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
     queue_wait_s: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
+    # Per batch, how long its first request waited for its last to be sent: the part of the queue
+    # wait spent filling the batch, not waiting for a worker. Clients that arrive staggered (envs
+    # whose steps vary, or that share too few cores to wake together) make it long.
+    batch_fill_s: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
     model_s: deque[float] = field(default_factory=lambda: deque(maxlen=STATS_WINDOW))
     worker_restarts: int = 0
     resent_batches: int = 0
@@ -231,6 +235,7 @@ class BrokerStats:
         self.requests += len(waits_s)
         self.batch_sizes.append(len(waits_s))
         self.queue_wait_s.extend(waits_s)
+        self.batch_fill_s.append(max(waits_s) - min(waits_s))
 
     def summary(self) -> dict[str, float]:
         def pct(values, q):
@@ -242,6 +247,8 @@ class BrokerStats:
             "mean_batch_size": self.requests / self.batches if self.batches else 0.0,
             "queue_wait_ms_p50": pct(self.queue_wait_s, 50),
             "queue_wait_ms_p95": pct(self.queue_wait_s, 95),
+            "batch_fill_ms_p50": pct(self.batch_fill_s, 50),
+            "batch_fill_ms_p95": pct(self.batch_fill_s, 95),
             "model_ms_p50": pct(self.model_s, 50),
             "model_ms_p95": pct(self.model_s, 95),
             "worker_restarts": self.worker_restarts,
