@@ -45,7 +45,7 @@ class Request:
     request_id: int
     obs: dict[str, Any]
     noise_seed: int | None
-    arrived: float  # time.monotonic() when the broker received it
+    arrived: float  # time.monotonic() when its actor sent it (one clock for all processes of a machine)
     segment: str | None = None  # the actor's shared-memory slot holding obs's large arrays
     key: Hashable = field(init=False)
 
