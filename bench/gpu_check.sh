@@ -16,11 +16,14 @@
 #      torch pinned to the installed one) and an import check; on failure or timeout it is removed and
 #      the run goes on (model.backbone.attention_backend=auto then selects SDPA);
 #   3. bench/gpu_check.py --models tiny  (offline max-batch throughput and the closed loop through the broker);
-#   4. bench/gpu_check.py --models mid   (the same with the Wan2.1-1.3B-shaped MoT), with the time left.
+#   4. bench/gpu_check.py --models mid   (the same with the Wan2.1-1.3B-shaped MoT), with the time left;
+#   5. optional, when GPU_CHECK_STANDIN_POINTS lists points ("N,W,B ..."): bench/broker.py --standin
+#      --no-peer at those points, on this machine's cores (no GPU: the broker against the bound with
+#      envs on cores of their own, as the stand-in workload assumes), in up to 120 s kept from phase 4.
 # Then the SUMMARY lines of both. A phase that fails or times out is reported and the next one runs.
 #
 # Environment: GPU_CHECK_VENV (.venv-gpu), GPU_CHECK_EXTRAS (model), GPU_CHECK_BUDGET_S (455),
-#   GPU_CHECK_MODELS (tiny,mid),
+#   GPU_CHECK_MODELS (tiny,mid), GPU_CHECK_STANDIN_POINTS (none),
 #   GPU_CHECK_FLASH (1; 0 skips phase 2), GPU_CHECK_FLASH_PKG (flash-attn-4), GPU_CHECK_FLASH_MODULE
 #   (what must import: flash_attn.cute for flash-attn-4, flash_attn otherwise), GPU_CHECK_TORCH (a pip
 #   requirement such as torch==2.9.1 installed before scripts/install.sh, which then keeps it),
@@ -48,6 +51,8 @@ done
 
 budget=${GPU_CHECK_BUDGET_S:-455}
 models=",${GPU_CHECK_MODELS:-tiny,mid},"
+standin_args=()
+for point in ${GPU_CHECK_STANDIN_POINTS:-}; do standin_args+=(--point "$point"); done
 venv=${GPU_CHECK_VENV:-.venv-gpu}
 extras=${GPU_CHECK_EXTRAS:-model}
 flash_pkg=${GPU_CHECK_FLASH_PKG:-flash-attn-4}
@@ -98,13 +103,19 @@ python_phase() {
   lim=$(limit "$want" "$reserve")
   run_phase "$name" "$lim" "$py" bench/gpu_check.py --budget-s $((lim > 40 ? lim - 15 : lim)) "$@"
 }
+# standin_phase WANT: phase 5, when points were given.
+standin_phase() {
+  ((${#standin_args[@]})) || return 0
+  run_phase "broker stand-in on $(getconf _NPROCESSORS_ONLN) cores: $GPU_CHECK_STANDIN_POINTS" "$(limit "$1" 0)" \
+    "$py" bench/broker.py --standin --no-peer "${standin_args[@]}"
+}
 summary() {
   echo
   echo "== gpu_check: $(elapsed) s in all (budget ${budget} s); log $log"
   grep -h '^SUMMARY' "$log" | sort -u
 }
 
-echo "bench/gpu_check.sh  $(date -u '+%F %T UTC')  $(hostname)  $(nproc) cores  budget ${budget} s"
+echo "bench/gpu_check.sh  $(date -u '+%F %T UTC')  $(hostname)  $(getconf _NPROCESSORS_ONLN) cores  budget ${budget} s"
 
 if ((dry_run)); then
   py=${GPU_CHECK_PY:-.venv/bin/python}
@@ -113,6 +124,7 @@ if ((dry_run)); then
   python_phase "dry run: tiny preset on the CPU" 300 5 --device cpu --tiny-only --seconds 2 --batches 1,2,4 \
     --max-actors 8 --json "$out_dir/dry_run.json" "${pass[@]}"
   rc=$?
+  standin_phase 120 || rc=$?
   summary
   exit "$rc"
 fi
@@ -204,6 +216,9 @@ mid_reserve=5
 [[ $models == *,mid,* ]] && mid_reserve=180
 [[ $models == *,tiny,* ]] && python_phase "tiny preset on cuda:0" 120 "$mid_reserve" \
   --device cuda --models tiny --json "$out_dir/tiny.json" "${pass[@]}"
-[[ $models == *,mid,* ]] && python_phase "mid (Wan2.1-1.3B-shaped MoT) on cuda:0" 600 5 \
+standin_reserve=5
+((${#standin_args[@]})) && standin_reserve=120
+[[ $models == *,mid,* ]] && python_phase "mid (Wan2.1-1.3B-shaped MoT) on cuda:0" 600 "$standin_reserve" \
   --device cuda --models mid --json "$out_dir/mid.json" "${pass[@]}"
+standin_phase 120
 summary
