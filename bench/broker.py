@@ -183,7 +183,7 @@ def standin_sweep(args) -> None:
         for n, w, b, size, cam in points:
             load = Workload(n, w, b, image_size=size, cameras=cam, **timing)
             rate, stats, ran = standin_broker(load, window, args.wait_ms, args.backend, not args.no_pacing)
-            bound, run_bound, best = load.bound()[0], ran.bound()[0], best_schedule(load)
+            bound, run_bound, best = load.bound(), ran.bound(), best_schedule(load)
             rule = simulate(load, args.wait_ms, not args.no_pacing)[0]
             peer = float("nan") if args.no_peer else standin_vla_eval(load, window, args.wait_ms)[0]
             ratios.append((rate / bound, rate / run_bound, rate / best, rate / peer))

@@ -595,7 +595,7 @@ def _closed_loop_phase(broker, config, data: dict, row: dict, deadline: float, a
         row["broker_error"] = f"FAILED: {type(exc).__name__}: {str(exc)[:300]}"
         return
     stats = broker.stats.summary()
-    bound, b_star = workload.bound()
+    bound, b_star = workload.bound(), workload.crossing()[1]
     counted = loop["window_rate"]
     rate = loop["aligned_rate"] if loop["aligned_rate"] is not None else counted
     row.update(broker_env_steps_per_s=rate, broker_requests_per_s=rate / args.replan_steps, actors=n_actors,

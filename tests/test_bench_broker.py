@@ -21,8 +21,8 @@ def test_standin_points_print_broker_bound_best_and_vla_eval(tmp_path):
     assert [row[:5] for row in rows] == [["2", "1", "4", "32", "1"], ["3", "2", "4", "32", "2"]]
     assert "L(b) = 20 + 2*b ms (sleep), env step 5 ms (sleep), replan every 4" in done.stdout
     timing = {"latency_s": 0.020, "per_row_s": 0.002, "env_step_s": 0.005, "replan_steps": 4}
-    assert [float(row[6]) for row in rows] == [round(Workload(2, 1, 4, **timing).bound()[0]),
-                                              round(Workload(3, 2, 4, **timing).bound()[0])]
+    assert [float(row[6]) for row in rows] == [round(Workload(2, 1, 4, **timing).bound()),
+                                              round(Workload(3, 2, 4, **timing).bound())]
     header = next(line.split() for line in done.stdout.splitlines() if line.split()[:2] == ["N", "W"])
     assert header[-3:] == ["wait50", "fill50", "us/req"]
     for row in rows:
