@@ -2,8 +2,9 @@
 
 A model call on b requests takes ``L(b) = a + c*b`` seconds of *sleep*: device time the host
 waits on, using no CPU, like a GPU kernel. An env step sleeps ``e`` seconds: envs on cores of
-their own. Each actor replans every ``R`` steps. Then the best any scheduler can do is known in
-closed form (``Workload.bound``), and what the broker reaches, divided by it, is the broker's
+their own. Each actor replans every ``R`` steps. Then the best any scheduler can do is bounded
+(``Workload.bound``: in closed form, or with one worker by a small graph's best cycle, which
+whole batches allow), and what the broker reaches, divided by it, is the broker's
 efficiency, undisturbed by software-rendered envs that share the model's cores. Sleeps end late
 (the host's timer: ~0.15 ms idle, up to a few ms under load), so the stand-ins measure their own
 sleeps, and ``as_run`` gives the workload as it really ran: its bound is the tightest one.
