@@ -16,10 +16,11 @@ The dispatcher thread waits on every pipe at once. Each pipe has a single writer
 SIGKILL can cut short only the dead process's own message and never leaves a lock held that
 others need (a shared multiprocess Queue's write lock stays taken when its writer dies in
 ``put``). A worker holds one batch, and while every worker is busy, one more *full* batch
-waits in its pipe (``MAX_HELD``): it starts the moment the first ends, not after the result has
-crossed to the dispatcher and the next batch back (a gap of ~12 ms a call at saturation, a fifth
-of a compiled tiny model's call on an H200); partial batches still wait for a free worker, as
-requests pile up into fuller batches. A worker that dies is restarted and the batches it held are
+waits in its pipe (``MAX_HELD``), and the worker stacks it while the first runs
+(model_worker.BatchFeed): it starts the moment the first ends, not after the result has crossed to
+the dispatcher, the next batch back and its stacking (a gap of ~12 ms a call at saturation, a
+fifth of a compiled tiny model's call on an H200); partial batches still wait for a free worker,
+as requests pile up into fuller batches. A worker that dies is restarted and the batches it held are
 sent again; so is one that holds a batch far longer than batches take (a hung GPU or driver: the
 watchdog SIGKILLs it); an actor that dies has its pending requests dropped. Pipes and queues stay
 inside this process tree: nothing listens on a network socket (the Ray backend binds Ray to
@@ -77,9 +78,9 @@ class BrokerConfig:
     max_worker_restarts: int = 3  # restarts of each model worker (died, stalled, killed while loading) before the run stops
     startup_timeout_s: float = 600.0  # time for every model worker to load its model
     # The stall watchdog: a worker holding a batch longer than max(stall_floor_s, stall_factor x the
-    # p95 model time) is SIGKILLed (a hung GPU or driver never answers), restarted, and its batch resent.
-    stall_factor: float = 10.0  # times the p95 model time a batch may take before its worker counts as stalled
-    stall_floor_s: float = 60.0  # never sooner; also the bound while too few model times are known for a p95
+    # p95 time a batch keeps its worker) is SIGKILLed (a hung GPU or driver never answers), restarted, and its batch resent.
+    stall_factor: float = 10.0  # times the p95 batch time a batch may take before its worker counts as stalled
+    stall_floor_s: float = 60.0  # never sooner; also the bound while too few batches were timed for a p95
     stall_first_batch_s: float = 1800.0  # a (re)started worker's first batch: torch.compile, CUDA graphs, lazy loads
     batch_invariant: bool = False  # each request runs alone: bit-identical actions whatever the batching, no batching speed-up
     batch_pacing: bool = True  # release batches of the size that keeps actors waiting least (batching.Pacer), not always full
@@ -209,7 +210,7 @@ class LocalWorkerPool:
 CLIENT_WAIT_SLICE_S = 1.0
 # Percentiles come from the latest this-many samples: a week-long evaluation keeps flat memory.
 STATS_WINDOW = 10_000
-# The stall bound uses the p95 model time once this many batches were timed; MULTIRUN.stall_floor_s before.
+# The stall bound uses the p95 batch time once this many batches were timed; MULTIRUN.stall_floor_s before.
 STALL_MIN_SAMPLES = 20
 # How often the dispatcher looks for stalled workers and for restarted ones that never finished loading.
 WATCH_INTERVAL_S = 1.0
@@ -388,7 +389,9 @@ class InferenceBroker:
         self._loading: dict[int, float] = {}  # worker -> when it must have loaded its model (monotonic)
         self._last_error: dict[int, str] = {}  # worker -> the last line of the error it reported while loading
         self._next_watch = 0.0
-        self._overdue_s = float("inf")  # the p95 model time, refreshed by _watch once enough are known
+        # How long each batch kept its worker: from hand-over (or the end of the batch before) to its result.
+        self._occupied_s: deque[float] = deque(maxlen=STATS_WINDOW)
+        self._overdue_s = float("inf")  # their p95, refreshed by _watch once enough are known
         self._worker_lost = False  # a worker's result pipe reached EOF since the last _heal
         self._batch_ids = itertools.count()
         self._thread: threading.Thread | None = None
@@ -613,7 +616,7 @@ class InferenceBroker:
 
     def _next_to_free(self) -> int | None:
         """The busy worker with room for one more batch whose running batch started first, unless that
-        batch has run past the p95 model time (a worker that may be stalling gets nothing more)."""
+        batch has run past the p95 time a batch keeps its worker (one that may be stalling gets nothing more)."""
         now = time.monotonic()
         room = [(held[0].sent, w) for w, held in self._in_flight.items()
                 if len(held) < MAX_HELD and now - held[0].sent <= self._overdue_s]
@@ -633,6 +636,8 @@ class InferenceBroker:
             return  # an answer from before a restart, already resent
         running = flight is held[0]  # a Ray result may overtake the one before it on the way here
         occupied = time.monotonic() - flight.sent if running else 0.0  # how long it kept its worker (Pacer)
+        if running:
+            self._occupied_s.append(occupied)
         held.remove(flight)
         if held:
             if running:
@@ -672,8 +677,8 @@ class InferenceBroker:
         if now < self._next_watch:
             return
         self._next_watch = now + WATCH_INTERVAL_S
-        if len(self.stats.model_s) >= STALL_MIN_SAMPLES:
-            self._overdue_s = percentile(self.stats.model_s, 95)
+        if len(self._occupied_s) >= STALL_MIN_SAMPLES:  # timed as _next_to_free times a running batch
+            self._overdue_s = percentile(self._occupied_s, 95)
         self._heal()
         for worker, held in list(self._in_flight.items()):
             flight = held[0]
@@ -691,11 +696,11 @@ class InferenceBroker:
 
     def _stall_limit(self, first: bool) -> float:
         """How long a batch may take: a worker's first one may compile; later ones get stall_factor
-        x the p95 model time, never less than the floor (the floor alone until a p95 means something)."""
+        x the p95 time a batch keeps its worker, never less than the floor (the floor alone until a p95 means something)."""
         c = self.config
         if first:
             return max(c.stall_floor_s, c.stall_first_batch_s)
-        if self._overdue_s == float("inf"):  # fewer than STALL_MIN_SAMPLES model times so far (see _watch)
+        if self._overdue_s == float("inf"):  # fewer than STALL_MIN_SAMPLES batches timed so far (see _watch)
             return c.stall_floor_s
         return max(c.stall_floor_s, c.stall_factor * self._overdue_s)
 
