@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from multiprocess.connection import wait
+
 from agents.policy import as_prediction
 from envs.protocol import stack_rows
 from wam_gym.batching import Request
@@ -196,13 +198,18 @@ class BatchFeed:
         self._ahead: Batch | None = None  # read while the batch before it ran
         self._reading_ahead = False  # the thread may read the next batch while this one runs
         self._ended = False  # the thread read the end: told to stop, or the broker's pipe closed
+        # ``next`` writes a byte here when it stops reading ahead: the thread, waiting on the inbox since the
+        # batch before, goes back to sleep now, and does not wake with the next batch as well.
+        self._stopped, self._stop = os.pipe()
         threading.Thread(target=self._read_ahead, name="wam-read-ahead", daemon=True).start()
 
     def next(self) -> Batch | None:
         """The next batch; ``None`` when told to stop or the broker is gone."""
         with self._lock:
             batch, self._ahead = self._ahead, None
-            self._reading_ahead = batch is not None or self.inbox.poll(0)
+            was_reading_ahead, self._reading_ahead = self._reading_ahead, batch is not None or self.inbox.poll(0)
+            if was_reading_ahead and not self._reading_ahead:
+                os.write(self._stop, b"\0")
             if batch is None and not self._ended:
                 message = self._next_batch()
                 batch = None if message is None else self.server.take(*message)
@@ -231,7 +238,10 @@ class BatchFeed:
         while True:
             with self._lock:
                 self._lock.wait_for(self._may_read_ahead)
-            if not self.inbox.poll(ORPHAN_CHECK_S):  # unlocked: ``next`` may read meanwhile
+            ready = wait([self.inbox, self._stopped], ORPHAN_CHECK_S)  # unlocked: ``next`` may read meanwhile
+            if self._stopped in ready:
+                os.read(self._stopped, 64)
+            if self.inbox not in ready:
                 continue
             with self._lock:
                 if self._may_read_ahead() and self.inbox.poll(0):  # ``next`` did not take it
