@@ -184,13 +184,14 @@ class BatchFeed:
     and stacks the next as soon as the broker sends it (a worker holds up to broker.MAX_HELD), so
     under full load one call follows the other at once. Stacked after the call before it, 64
     requests of two 256x256 images left an H200 idle about 12 ms between 49 ms calls; the stand-in
-    model at that call time went from 0.72 to 0.95 of the bound (BENCHMARKS.md, seventh round).
+    model at that call time went from 0.66-0.77 to 0.92-0.96 of the bound (BENCHMARKS.md, seventh round).
 
     Whoever reads the inbox holds the lock: ``next`` when nothing was read ahead, the thread
     otherwise. The thread reads ahead only while the broker sends batches ahead (the batch running
     was read ahead, or waited in the pipe): a worker that waits for its batches reads each itself,
     and the thread sleeps, so no batch is handed from one thread to the other, nor wakes both (at
-    the issue's timing with 64 actors on 2 workers, either cost about 0.01 of the bound)."""
+    the issue's timing with 64 actors on 2 workers, either cost about 0.01 of the bound). One
+    BatchFeed per worker process: its thread lives as long as the process."""
 
     def __init__(self, server: ModelServer, inbox, broker: int):
         self.server, self.inbox, self.broker = server, inbox, broker
