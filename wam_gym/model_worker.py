@@ -198,7 +198,7 @@ class BatchFeed:
         self._lock = threading.Condition()  # notified when the batch read ahead is taken
         self._ahead: Batch | None = None  # read while the batch before it ran
         self._reading_ahead = False  # the thread may read the next batch while this one runs
-        self._ended = False  # the thread read the end: told to stop, or the broker's pipe closed
+        self._ended = False  # told to stop, the broker's pipe closed, or the broker gone: no more batches
         # ``next`` writes a byte here when it stops reading ahead: the thread, waiting on the inbox since the
         # batch before, goes back to sleep now, and does not wake with the next batch as well.
         self._stopped, self._stop = os.pipe()
@@ -213,7 +213,8 @@ class BatchFeed:
                 os.write(self._stop, b"\0")
             if batch is None and not self._ended:
                 message = self._next_batch()
-                batch = None if message is None else self.server.take(*message)
+                self._ended = message is None
+                batch = None if self._ended else self.server.take(*message)
             if self._reading_ahead:
                 self._lock.notify()
             return batch
