@@ -64,9 +64,9 @@ class Taking(ModelServer):
         super().__init__(lambda device: GatedEcho(gated), "cpu", 0)
         self.taken: list[tuple[int, str]] = []
 
-    def take(self, batch_id, batch):
+    def take(self, batch_id, requests):
         self.taken.append((batch_id, threading.current_thread().name))
-        taken = super().take(batch_id, batch)
+        taken = super().take(batch_id, requests)
         if batch_id == 2:
             self.policy.gate.set()
         return taken

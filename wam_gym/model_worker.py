@@ -212,12 +212,15 @@ class BatchFeed:
             if was_reading_ahead and not self._reading_ahead:
                 os.write(self._stop, b"\0")
             if batch is None and not self._ended:
-                message = self._next_batch()
-                self._ended = message is None
-                batch = None if self._ended else self.server.take(*message)
+                batch = self._take(self._next_batch())
             if self._reading_ahead:
                 self._lock.notify()
             return batch
+
+    def _take(self, message) -> Batch | None:
+        """``message``'s batch, stacked; ``None``, and the feed ended, when it is the end."""
+        self._ended = message is None
+        return None if self._ended else self.server.take(*message)
 
     def _next_batch(self):
         """The next ``(batch_id, requests)``, waiting for it; ``None`` when told to stop or orphaned."""
@@ -247,7 +250,5 @@ class BatchFeed:
                 continue
             with self._lock:
                 if self._may_read_ahead() and self.inbox.poll(0):  # ``next`` did not take it
-                    message = self._receive()
-                    self._ended = message is None
-                    self._ahead = None if message is None else self.server.take(*message)
+                    self._ahead = self._take(self._receive())
 
