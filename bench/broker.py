@@ -176,7 +176,7 @@ def standin_sweep(args) -> None:
           f"backend {args.backend}; steps counted over {window.measure_s:g} s after {window.warmup_s:g} s")
     print(f"{'N':>3} {'W':>2} {'B':>3} {'img':>4} {'cam':>3} {'broker':>7} {'bound':>7} {'as-run':>7} {'best':>7} "
           f"{'rule':>7} {'lockstep':>8} {'issue':>7} {'vla-eval':>8} {'/bound':>6} {'/run':>6} {'/best':>6} {'/lock':>6} "
-          f"{'/vla':>5} {'batch':>5} {'wait50':>6} {'fill50':>6} {'us/req':>6}")
+          f"{'/vla':>5} {'batch':>5} {'wait50':>6} {'fill50':>6} {'us/req':>6} {'stack50':>7}")
     ratios = []
     for name, points in sweeps.items():
         print(f"-- {name}")
@@ -191,7 +191,7 @@ def standin_sweep(args) -> None:
                   f"{rule:7.0f} {load.lockstep():8.0f} {load.issue_bound():7.0f} {peer:8.0f} {rate / bound:6.3f} "
                   f"{rate / run_bound:6.3f} {rate / best:6.3f} {rate / load.lockstep():6.2f} {rate / peer:5.2f} "
                   f"{stats['mean_batch_size']:5.1f} {stats['queue_wait_ms_p50']:6.1f} {stats['batch_fill_ms_p50']:6.1f} "
-                  f"{stats['dispatcher_us_per_request']:6.0f}", flush=True)
+                  f"{stats['dispatcher_us_per_request']:6.0f} {stats['stack_ms_p50']:7.2f}", flush=True)
     for name, column in zip(("bound", "as-run bound", "best", "vla-eval"), zip(*ratios)):
         print(f"broker/{name}: min {np.min(column):.3f}, median {np.median(column):.3f} ({len(column)} points)")
 
@@ -246,7 +246,7 @@ def main() -> None:
           f"{args.inference_steps} denoising steps; {args.actors} actors, batch {args.batch_size}, wait {args.wait_ms} ms")
     print(f"  broker      {broker_rate:7.1f} env-steps/s  ({broker_steps} steps in {broker_s:.1f} s; mean batch "
           f"{stats['mean_batch_size']:.2f}, queue wait p50 {stats['queue_wait_ms_p50']:.0f} ms, "
-          f"model p50 {stats['model_ms_p50']:.0f} ms)")
+          f"model p50 {stats['model_ms_p50']:.0f} ms, stacking a batch p50 {stats['stack_ms_p50']:.1f} ms)")
     print(f"  sequential  {seq_rate:7.1f} env-steps/s  (batch 1, one env)")
     print(f"  offline     {offline:7.1f} env-steps/s  (model alone, batch {args.batch_size})")
     print(f"  broker / sequential = {broker_rate / seq_rate:.2f}x")

@@ -611,7 +611,8 @@ def _closed_loop_phase(broker, config, data: dict, row: dict, deadline: float, a
     print(f"           {counted:10.1f} env-steps/s  counted in the window (Window.rate: +-1 burst of "
           f"{b * args.replan_steps} steps = +-{b * args.replan_steps / measure:.0f}/s)", flush=True)
     print(f"           mean batch {stats['mean_batch_size']:.1f}, queue wait p50 {stats['queue_wait_ms_p50']:.0f} ms, "
-          f"model p50 {stats['model_ms_p50']:.0f} ms / p95 {stats['model_ms_p95']:.0f} ms (whole run)"
+          f"model p50 {stats['model_ms_p50']:.0f} ms / p95 {stats['model_ms_p95']:.0f} ms, stacking a batch "
+          f"p50 {stats['stack_ms_p50']:.1f} ms (whole run)"
           + (f", dispatcher {1e6 * loop['dispatcher_cpu_s'] / max(stats['requests'], 1):.0f} us CPU per request"
              if loop["dispatcher_cpu_s"] is not None else ""), flush=True)
     print(f"  offline  {off['env_steps_per_s']:10.1f} env-steps/s  (batch {b})", flush=True)

@@ -24,11 +24,12 @@ def test_standin_points_print_broker_bound_best_and_vla_eval(tmp_path):
     assert [float(row[6]) for row in rows] == [round(Workload(2, 1, 4, **timing).bound()),
                                               round(Workload(3, 2, 4, **timing).bound())]
     header = next(line.split() for line in done.stdout.splitlines() if line.split()[:2] == ["N", "W"])
-    assert header[-3:] == ["wait50", "fill50", "us/req"]
+    assert header[-4:] == ["wait50", "fill50", "us/req", "stack50"]
     for row in rows:
         assert len(row) == len(header)
-        wait50, fill50 = float(row[-3]), float(row[-2])
+        wait50, fill50, stack50 = float(row[-4]), float(row[-3]), float(row[-1])
         assert wait50 >= 0 and fill50 >= 0  # the broker's queue wait, and the part spent filling batches
+        assert stack50 > 0  # the workers stacked every batch (2 x 32x32 images a row)
         broker, bound, as_run, best, rule, lockstep, issue, vla_eval = map(float, row[5:13])
         assert broker > 0 and vla_eval > 0 and lockstep > 0 and issue > 0
         assert 0 < best <= bound and 0 < rule <= bound * 1.001

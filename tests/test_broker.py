@@ -206,6 +206,8 @@ def test_stats_keep_exact_totals_in_bounded_memory():
     assert len(stats.batch_sizes) == len(stats.queue_wait_s) == len(stats.batch_fill_s) == STATS_WINDOW
     assert summary["queue_wait_ms_p50"] == pytest.approx(2.0)
     assert summary["batch_fill_ms_p50"] == pytest.approx(2.0)  # the first request waited 2 ms for the second
+    stats.stack_s.extend([0.001, 0.002, 0.003])
+    assert stats.summary()["stack_ms_p50"] == pytest.approx(2.0)
 
 
 def test_batch_fill_is_the_wait_for_a_batchs_last_request():

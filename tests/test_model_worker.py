@@ -84,6 +84,14 @@ def test_two_stacked_batches_never_share_memory_and_the_one_after_next_reuses_it
     assert [float(row.actions[0, 0]) for _, _, row, error in result.replies] == [3.0, 4.0]
 
 
+def test_a_result_says_how_long_its_batch_took_to_stack(slots):
+    """The broker's stack_ms_p50/p95: the copy out of the slots, apart from the model's call."""
+    stacked = ModelServer(EchoFactory(MODEL_S), "cpu", 0).run(1, requests([1, 2], slots[:2]))
+    assert 0 < stacked.stack_seconds < MODEL_S <= stacked.model_seconds
+    alone = ModelServer(EchoFactory(MODEL_S), "cpu", 0, batch_invariant=True).run(2, requests([3, 4], slots[2:4]))
+    assert alone.stack_seconds == 0.0  # each request runs alone: nothing stacked ahead of the calls
+
+
 def test_the_next_batch_is_stacked_while_the_model_runs_the_one_before(slots):
     server, (inbox, writer) = Taking(), multiprocess.Pipe(duplex=False)
     feed = BatchFeed(server, inbox, os.getppid())

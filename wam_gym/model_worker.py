@@ -66,6 +66,7 @@ class BatchResult:
     replies: list[tuple[int, int, Any, str | None]]
     model_seconds: float
     denoise_steps: int | None = None  # per request: the policy's num_inference_steps, when it has one
+    stack_seconds: float = 0.0  # stacking its observations out of the actors' slots (Batch.stack_seconds)
 
 
 @dataclass
@@ -75,6 +76,8 @@ class Batch:
     batch_id: int
     requests: Sequence[Request]
     obs: dict[str, Any] | None  # None: its requests run alone (batch_invariant, or one that does not stack)
+    # How long stacking took: a copy the model waits for, unless BatchFeed stacked it while the call before ran
+    stack_seconds: float = 0.0
 
 
 class ModelServer:
@@ -118,10 +121,12 @@ class ModelServer:
         if self.batch_invariant:
             return Batch(batch_id, requests, None)
         self._batch_memory.reverse()
+        start = time.perf_counter()
         try:
-            return Batch(batch_id, requests, self._stack(requests, self._batch_memory[0]))
+            obs = self._stack(requests, self._batch_memory[0])
         except Exception:  # a request that does not stack with the others: each runs alone and fails alone
-            return Batch(batch_id, requests, None)
+            obs = None
+        return Batch(batch_id, requests, obs, time.perf_counter() - start)
 
     def run_batch(self, batch: Batch) -> BatchResult:
         start = time.perf_counter()
@@ -130,7 +135,7 @@ class ModelServer:
         else:
             replies = self._answer(batch.requests, batch.obs)
         return BatchResult(batch.batch_id, self.worker_id, replies, time.perf_counter() - start,
-                           getattr(self.policy, "num_inference_steps", None))
+                           getattr(self.policy, "num_inference_steps", None), batch.stack_seconds)
 
     def _stack(self, requests: Sequence[Request], reuse: dict | None) -> dict[str, Any]:
         with self._stacking:

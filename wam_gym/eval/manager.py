@@ -467,7 +467,8 @@ class EvalManager:
             s = self.broker_stats
             print(f"broker: mean batch {s['mean_batch_size']:.2f}, queue wait p50/p95 {s['queue_wait_ms_p50']:.1f}/"
                   f"{s['queue_wait_ms_p95']:.1f} ms (filling a batch p50 {s['batch_fill_ms_p50']:.1f} ms), "
-                  f"model p50/p95 {s['model_ms_p50']:.1f}/{s['model_ms_p95']:.1f} ms")
+                  f"model p50/p95 {s['model_ms_p50']:.1f}/{s['model_ms_p95']:.1f} ms, "
+                  f"stacking a batch p50/p95 {s['stack_ms_p50']:.1f}/{s['stack_ms_p95']:.1f} ms")
         print(f"results: {self.output_dir / 'results.json'} (+ results.csv, episodes/)")
         return {**summary, **extra}
 
