@@ -695,6 +695,9 @@ def cases() -> list[Case]:
         Case("eval-image-size-mismatch", eval_wam(env_kwargs={"image_size": 128}), ValueError,
              r"env_kwargs\.image_size=\[128, 128\] differs from the checkpoint's image_size \[64, 64\].*"
              r"Drop env_kwargs\.image_size.*or set EVALUATION\.allow_image_resize=true"),
+        Case("eval-camera-missing", eval_wam(env_kwargs={"cameras": ["corner"]}), ValueError,
+             r"env_kwargs\.cameras=\['corner'\] lacks \['gripperPOV'\], which the checkpoint takes .*"
+             r"Drop env_kwargs\.cameras \(the env then renders the checkpoint's\), or list all of them"),
         Case("eval-action-horizon-too-long", eval_wam(action_horizon=32), ValueError,
              r"EVALUATION\.action_horizon=32: the checkpoint predicts 1\.\.16 actions per call"),
         Case("eval-output-dir-is-file", output_dir_is_file, ValueError,

@@ -245,6 +245,8 @@ class EvalManager:
         self.resume_mismatch: list[dict[str, Any]] = []
         self._foreign_tasks: set[str] = set()  # tasks whose env differs from the one on record (never kept)
         self.broker_stats: dict[str, Any] = {}
+        # episodes this invocation ran again, by cause, and actors it killed for making no progress
+        self.reruns = {"actor_lost": 0, "server_lost": 0, "actors_stalled": 0}
         self.on_started = None  # test hook: called with (manager, actor pool, broker) once running
 
     def _check_checkpoint(self) -> None:
@@ -253,6 +255,7 @@ class EvalManager:
         ev = self.config.EVALUATION
         self.ckpt, model, self.stats = preflight.wam_checkpoint(self.config.ckpt, ev)
         self.image_resized = preflight.check_image_size(self.env_kwargs, model, ev.allow_image_resize)
+        preflight.check_cameras(self.env_kwargs, model)
         self.imagination = imagination_spec(ev, model, self.ckpt)
         # The envs render what the checkpoint was trained on (cameras, image size) unless told otherwise.
         self.env_kwargs = {"cameras": list(model.cameras), "image_size": list(model.image_size), **self.env_kwargs}
@@ -341,6 +344,7 @@ class EvalManager:
             if actors.busy():
                 logger.info("stopping: waiting up to %.0f s for the episodes in flight", STOP_GRACE_S)
             self._keep_finished(actors.stop(STOP_GRACE_S))  # before the broker closes: WAM episodes need it
+            self.reruns["actors_stalled"] = actors.stalled
             if broker:
                 self.broker_stats = broker.stats.summary()
                 broker.close()
@@ -416,6 +420,7 @@ class EvalManager:
                     raise EvalError(f"{job.task.name} trial {job.trial}: its actor died or stalled {job.attempts} times; "
                                     "giving up")
                 todo.appendleft(Job(job.task, job.trial, job.seed, job.attempts + 1))
+                self.reruns["actor_lost"] += 1
             if todo:
                 actors.spawn()
 
@@ -427,6 +432,7 @@ class EvalManager:
                             f"EVALUATION.output_dir={self.output_dir} to resume")
         logger.warning("%s trial %d: %s; running the episode again", job.task.name, job.trial, why)
         todo.appendleft(Job(job.task, job.trial, job.seed, job.attempts + 1))
+        self.reruns["server_lost"] += 1
 
     # ----------------------------------------------------------------- report
     def _report(self, wall_time_s: float, error: str | None) -> dict[str, Any]:
@@ -439,6 +445,7 @@ class EvalManager:
             "wall_time_s": wall_time_s,
             "error": error if error or summary["complete"] else self._incomplete(keys),
             "broker": self.broker_stats,
+            "reruns": self.reruns,  # this invocation's: an actor died or was killed, or the policy server was lost
             "init_state_pinned_to_trial": any(t.pins_init_state for t in self.tasks),
             "protocol_hash": self.protocol.hash,  # of protocol.json's protocol and observed parts
             "protocol": self.protocol.record,  # protocol.json: what the episodes are, and the agent that ran them

@@ -145,6 +145,20 @@ def check_image_size(env_kwargs: dict[str, Any], model, allow_resize: bool) -> b
     return True
 
 
+def check_cameras(env_kwargs: dict[str, Any], model) -> None:
+    """Refuse env cameras that leave out one the checkpoint takes: every episode would fail on its
+    first observation, after the model workers had loaded."""
+    if "cameras" not in env_kwargs:
+        return
+    missing = [camera for camera in model.cameras if camera not in env_kwargs["cameras"]]
+    if missing:
+        raise ValueError(
+            f"env_kwargs.cameras={list(env_kwargs['cameras'])} lacks {missing}, which the checkpoint takes "
+            f"(cameras={list(model.cameras)}). Drop env_kwargs.cameras (the env then renders the checkpoint's), "
+            "or list all of them"
+        )
+
+
 def check_video_camera(camera: str | None, tasks, env_kwargs: dict[str, Any]) -> None:
     """``EVALUATION.video_camera`` must be one every task's env renders."""
     if camera is None:
