@@ -205,6 +205,7 @@ def test_short_run_writes_checkpoint_stats_tensorboard_and_config(trained, datas
     assert config["task"] == "metaworld_tiny" and config["dataset"]["root"] == str(dataset)
     assert config["batch_size"] == 4 and config["max_steps"] == 3 and config["model"]["image_size"] == [32, 32]
     assert config["model"]["state_dim"] == 4 and config["model"]["action_dim"] == 4  # fitted to the dataset
+    assert config["mixed_precision"] == "auto" and config["mixed_precision_resolved"] == "fp32"  # what auto became here
 
 
 # ---------------------------------------------------------------------------------------------

@@ -69,7 +69,9 @@ def test_defaults_and_edges_pass():
 def record(**changes) -> dict:
     """A run config as train() describes it (dataset identity included)."""
     identity = changes.pop("identity", {"total_episodes": 2, "total_frames": 80, "info_sha256": "a" * 16})
-    return run_dir.describe(TrainConfig(dataset=DatasetConfig(root=changes.pop("root", "/data/a")), **changes), identity)
+    precision = changes.pop("precision", "fp32")
+    return run_dir.describe(TrainConfig(dataset=DatasetConfig(root=changes.pop("root", "/data/a")), **changes), identity,
+                            precision)
 
 
 def test_bookkeeping_knobs_and_the_dataset_path_may_change():
@@ -86,6 +88,8 @@ def test_bookkeeping_knobs_and_the_dataset_path_may_change():
     ({"gradient_accumulation_steps": 2}, "gradient_accumulation_steps", 1, 2),
     ({"betas": (0.8, 0.99)}, "betas", [0.9, 0.999], [0.8, 0.99]),
     ({"identity": {"total_episodes": 2, "total_frames": 81, "info_sha256": "b" * 16}}, "dataset_identity.total_frames", 80, 81),
+    # mixed_precision=auto both times, resolved on a bf16 GPU, then on a CPU
+    ({"precision": "bf16"}, "mixed_precision_resolved", "fp32", "bf16"),
 ])
 def test_result_changing_settings_differ(changes, key, old, new):
     assert run_dir.differences(record(), record(**changes))[0] == (key, old, new)

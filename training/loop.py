@@ -32,7 +32,7 @@ from training.config import TrainConfig
 from training.data.augment import AugmentedClips
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
-from training.engine import checkpoint_dir, latest_checkpoint, make_engine
+from training.engine import checkpoint_dir, latest_checkpoint, make_engine, resolve_mixed_precision
 from training.engine.checkpoint import staging_path
 from wam_gym.utils.publish import remove_dir
 
@@ -146,7 +146,7 @@ def train(cfg: TrainConfig) -> Path:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(cfg.output_dir)
     dataset = open_dataset(cfg)
-    record = run_dir.describe(cfg, dataset.identity())
+    record = run_dir.describe(cfg, dataset.identity(), resolve_mixed_precision(cfg.mixed_precision, device))
     ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
     # Refused before the model is built (minutes for Wan) and before anything is written.
     mismatched = run_dir.check_resume(out, record, cfg.allow_resume_mismatch) if ckpt is not None else []

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 RUN_CONFIG = "train_config.json"
 RESUMED_RE = re.compile(r"^train_config\.resumed-(\d+)\.json$")
 DATASET_IDENTITY = "dataset_identity"  # the key the run config keeps the dataset's identity under
+# mixed_precision=auto means bf16 on a GPU that has it, fp32 elsewhere: the run config keeps what it
+# became, so resuming a GPU's bf16 run on a CPU (or the other way round) is a difference like any other.
+PRECISION = "mixed_precision_resolved"
 # Knobs that change how a run is logged, saved, fed or sped up, never what it computes: they may
 # differ on resume (raising max_steps to train longer is the usual one; lr_lambda follows the
 # current max_steps on purpose). dataset.root is compared by identity instead of by path.
@@ -58,11 +61,14 @@ class DiskFullError(RuntimeError):
 # ---------------------------------------------------------------------------------------------- the run config
 
 
-def describe(cfg, dataset_identity: dict[str, Any] | None) -> dict[str, Any]:
-    """What ``train_config.json`` holds: the config as JSON, plus the dataset's identity."""
+def describe(cfg, dataset_identity: dict[str, Any] | None, precision: str | None = None) -> dict[str, Any]:
+    """What ``train_config.json`` holds: the config as JSON, plus the dataset's identity and the
+    precision ``mixed_precision`` resolved to on this machine."""
     record = json.loads(json.dumps(asdict(cfg), default=str))
     if dataset_identity is not None:
         record[DATASET_IDENTITY] = dataset_identity
+    if precision is not None:
+        record[PRECISION] = precision
     return record
 
 
