@@ -313,10 +313,13 @@ def test_killed_model_worker_is_restarted_and_nothing_is_lost(tmp_path, tiny_ckp
     assert broker["requests"] >= 2 * 12 // 4  # every model call was answered (a resent batch counts twice)
 
 
-def test_refused_observation_stops_the_run_with_the_fix(tmp_path, tiny_ckpt):
+def test_refused_observation_stops_the_run_with_the_fix(tmp_path, tiny_ckpt, monkeypatch):
+    """An env that renders other cameras than it was asked for: only the policy can tell, mid-run.
+    (Asking for too few cameras is refused up front: eval-camera-missing in test_bad_inputs.)"""
     out = tmp_path / "out"
     cfg = wam_config(out, tiny_ckpt, trials=1)
     cfg.env_kwargs = {"cameras": ["corner"]}  # the checkpoint needs corner and gripperPOV
+    monkeypatch.setattr("wam_gym.eval.preflight.check_cameras", lambda env_kwargs, model: None)
 
     with pytest.raises(EvalError) as info:
         run(cfg)
