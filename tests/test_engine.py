@@ -381,6 +381,27 @@ def test_deepspeed_config_rejects_scheduler_block(tmp_path):
         resolve_deepspeed_config("zero9")
 
 
+def test_a_build_lock_a_killed_compile_left_is_named_with_the_fix(tmp_path, monkeypatch, caplog):
+    """torch waits forever on the lock of a DeepSpeed op build that was SIGKILLed; a fresh lock
+    (another process compiling now) is not named."""
+    from training.engine.deepspeed_engine import STALE_BUILD_LOCK_S, warn_stale_build_locks
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    stale, fresh = tmp_path / "deepspeed_shm_comm" / "lock", tmp_path / "cpu_adam" / "lock"
+    for lock in (stale, fresh):
+        lock.parent.mkdir()
+        lock.touch()
+    now = fresh.stat().st_mtime + 1
+    os.utime(stale, (now - STALE_BUILD_LOCK_S - 60, now - STALE_BUILD_LOCK_S - 60))
+
+    assert warn_stale_build_locks(now) == [stale]
+    [record] = caplog.records
+    assert str(stale) in record.getMessage() and "16 min old" in record.getMessage()
+    assert "If no other process is compiling, delete it" in record.getMessage()
+    stale.unlink()
+    assert warn_stale_build_locks(now) == []
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_scripts_syntax_help_and_command(script):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -35,6 +36,8 @@ DEEPSPEED_CONFIGS = ("zero1", "zero2", "zero2_offload")
 # Keys the engine writes into the DeepSpeed config from EngineConfig (the JSON files must not).
 ENGINE_OWNED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                      "gradient_clipping", "bf16", "fp16", "scheduler")
+# DeepSpeed's ops compile in 1-3 min on 2 cores; a build lock older than this was left by a killed build.
+STALE_BUILD_LOCK_S = 15 * 60
 
 
 def resolve_deepspeed_config(name_or_path: str) -> Path:
@@ -94,6 +97,21 @@ def _ensure_single_process_env() -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
 
 
+def warn_stale_build_locks(now: float | None = None) -> list[Path]:
+    """Name the build locks a killed compile left: torch's extension builder waits on one forever,
+    silently, the next time DeepSpeed builds that op (its shm comm op, CPU Adam)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time() if now is None else now
+    stale = sorted(lock for lock in root.glob("**/lock") if now - lock.stat().st_mtime > STALE_BUILD_LOCK_S)
+    for lock in stale:
+        log.warning("%s is %.0f min old: a DeepSpeed op build killed mid-way left it, and the next build of that op "
+                    "waits on it forever. If no other process is compiling, delete it", lock,
+                    (now - lock.stat().st_mtime) / 60)
+    return stale
+
+
 class DeepSpeedEngine(Engine):
     backend = "deepspeed"
 
@@ -103,6 +121,7 @@ class DeepSpeedEngine(Engine):
         self.config = config
         self.precision = resolve_mixed_precision(config.mixed_precision, torch.device(device))
         ds_config = deepspeed_config_dict(config, device)
+        warn_stale_build_locks()
         _ensure_single_process_env()
         deepspeed.init_distributed()
         params = trainable_parameters(model)
