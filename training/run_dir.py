@@ -61,14 +61,13 @@ class DiskFullError(RuntimeError):
 # ---------------------------------------------------------------------------------------------- the run config
 
 
-def describe(cfg, dataset_identity: dict[str, Any] | None, precision: str | None = None) -> dict[str, Any]:
+def describe(cfg, dataset_identity: dict[str, Any] | None, precision: str) -> dict[str, Any]:
     """What ``train_config.json`` holds: the config as JSON, plus the dataset's identity and the
     precision ``mixed_precision`` resolved to on this machine."""
     record = json.loads(json.dumps(asdict(cfg), default=str))
     if dataset_identity is not None:
         record[DATASET_IDENTITY] = dataset_identity
-    if precision is not None:
-        record[PRECISION] = precision
+    record[PRECISION] = precision
     return record
 
 

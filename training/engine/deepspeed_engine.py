@@ -14,6 +14,7 @@ the checkpoint root must be a filesystem shared by all ranks (layout: training/e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -104,11 +105,14 @@ def warn_stale_build_locks(now: float | None = None) -> list[Path]:
 
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
     now = time.time() if now is None else now
-    stale = sorted(lock for lock in root.glob("**/lock") if now - lock.stat().st_mtime > STALE_BUILD_LOCK_S)
+    ages = {}
+    for lock in root.glob("**/lock"):
+        with contextlib.suppress(FileNotFoundError):  # a build on another rank just finished and removed it
+            ages[lock] = now - lock.stat().st_mtime
+    stale = sorted(lock for lock, age in ages.items() if age > STALE_BUILD_LOCK_S)
     for lock in stale:
         log.warning("%s is %.0f min old: a DeepSpeed op build killed mid-way left it, and the next build of that op "
-                    "waits on it forever. If no other process is compiling, delete it", lock,
-                    (now - lock.stat().st_mtime) / 60)
+                    "waits on it forever. If no other process is compiling, delete it", lock, ages[lock] / 60)
     return stale
 
 
