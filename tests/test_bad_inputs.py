@@ -506,8 +506,8 @@ def resume_mismatch(ctx: Ctx):
     from training.config import TrainConfig
     from training.run_dir import check_resume, describe
 
-    (ctx.tmp / "train_config.json").write_text(json.dumps(describe(TrainConfig(batch_size=8), None)))
-    check_resume(ctx.tmp, describe(TrainConfig(batch_size=4), None), allow_mismatch=False)
+    (ctx.tmp / "train_config.json").write_text(json.dumps(describe(TrainConfig(batch_size=8), None, "fp32")))
+    check_resume(ctx.tmp, describe(TrainConfig(batch_size=4), None, "fp32"), allow_mismatch=False)
 
 
 def train_disk_full(ctx: Ctx):
