@@ -6,6 +6,8 @@ EXTRAS      ?= metaworld,train,ray,dev,interop
 # Simulators whose MuJoCo pins clash with Meta-World's get a venv each (.venv-<name>);
 # `make test SUITE_VENVS=` skips them.
 SUITE_VENVS ?= robosuite libero maniskill
+# LIBERO's venv also gets the real vla-eval: its runner drives wam_gym.serve with vla-eval's own LIBERO benchmark.
+SUITE_EXTRAS_libero := ,interop
 PYTEST_ARGS ?=
 DEMO_DIR    ?= outputs/demo
 
@@ -31,7 +33,7 @@ test-fast: $(VENV)/.installed
 suite-venvs: $(SUITE_VENVS:%=.venv-%/.installed)
 
 .venv-%/.installed: pyproject.toml scripts/install.sh
-	scripts/install.sh .venv-$* $*,dev
+	scripts/install.sh .venv-$* $*,dev$(SUITE_EXTRAS_$*)
 	touch $@
 
 test-suites: suite-venvs

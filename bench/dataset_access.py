@@ -54,7 +54,7 @@ def per_item_ms(ds: LeRobotDataset, items: list[tuple[int, int]]) -> float:
     start = time.perf_counter()
     for ep, t in items:
         path, first, _ = ds.video_span(ep, "scene")
-        assert read_span(path, first + t, 1, float(ds.fps)) is not None
+        read_span(path, first + t, 1, float(ds.fps))
     return 1000 * (time.perf_counter() - start) / len(items)
 
 

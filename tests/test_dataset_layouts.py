@@ -128,5 +128,6 @@ def test_many_chunks(tmp_path, train_two_steps):
     assert sorted(p.name for p in (root / "data").iterdir()) == ["chunk-000", "chunk-001", "chunk-002"]
     ds = LeRobotDataset(root)
     assert ds.num_episodes == 3 and ds.episode_lengths.tolist() == list(LENGTHS)
-    assert check(root)[-1] == f"video {CAMERA}: 20 frames in 3 file(s) decode, every episode's span included"
+    assert check(root)[-1] == (f"video {CAMERA}: 20 frames in 3 file(s) decode, every episode's span included, "
+                               "each frame at frame / fps within 0.0001 s")
     assert (train_two_steps(root, CAMERA) / "wam_config.json").is_file()

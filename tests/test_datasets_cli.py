@@ -42,7 +42,8 @@ def test_check_passes_a_sound_dataset_and_says_what_it_checked(sound):
     assert lines[0].startswith("opened: 3 episodes, 19 frames at 20 fps")
     assert lines[1] == "columns: 7 features in 2 data file(s) match info.json's shapes and dtypes"
     assert lines[2] == "stats: 9 features, 10 statistics each, present and finite"
-    assert lines[3:] == [f"video {c}: 19 frames in 2 file(s) decode, every episode's span included" for c in CAMERAS]
+    assert lines[3:] == [f"video {c}: 19 frames in 2 file(s) decode, every episode's span included, each frame at "
+                         "frame / fps within 0.0001 s" for c in CAMERAS]
 
 
 def test_info_prints_the_dataset_in_a_table(sound):

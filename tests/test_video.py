@@ -1,10 +1,11 @@
+import contextlib
 import logging
 
 import numpy as np
 import pytest
 
 import wam_gym.utils.video as video
-from wam_gym.utils.video import EpisodeVideo, future_panel, read_mp4, tile, write_mp4
+from wam_gym.utils.video import EpisodeVideo, frame_times, future_panel, read_mp4, stream_info, tile, write_mp4
 
 
 def _gradient(t=6, h=50, w=70) -> np.ndarray:
@@ -77,19 +78,55 @@ def test_read_errors_name_the_path(tmp_path, monkeypatch):
         bogus.write_text("not a video")
         with pytest.raises(ValueError, match=f"unreadable video: .*{name}"):
             read_mp4(bogus)
-    # ffmpeg will not write a 0-frame mp4, so stand in a reader that decodes nothing.
+    # ffmpeg will not write a 0-frame mp4, so stand in a decoder that yields nothing.
     empty = write_mp4(tmp_path / "empty.mp4", _gradient(t=1))
 
-    class NoFrames:
-        def iter_data(self):
-            return iter(())
+    @contextlib.contextmanager
+    def no_frames(path, start=0.0):
+        yield iter(())
 
-        def close(self):
-            pass
-
-    monkeypatch.setattr(video.imageio, "get_reader", lambda *a, **k: NoFrames())
+    monkeypatch.setattr(video, "decode_timed", no_frames)
     with pytest.raises(ValueError, match="video has no frames: .*empty.mp4"):
         read_mp4(empty)
+
+
+# ---------------------------------------------------------------- the timeline
+
+
+@pytest.mark.parametrize("fps", [20, 80, 15, 29.97])
+def test_frames_are_at_k_over_fps(tmp_path, fps):
+    path = write_mp4(tmp_path / "v.mp4", _gradient(t=7), fps=fps, gop=3)
+    assert np.abs(frame_times(path) - np.arange(7) / fps).max() < 1e-6
+    assert stream_info(path)["frames"] == 7 and abs(stream_info(path)["fps"] - fps) < 1e-3
+
+
+@pytest.mark.parametrize("fps", [20, 80, 29.97])
+def test_concat_keeps_every_frame_at_k_over_fps(tmp_path, fps):
+    """Parts of 1 and 2 frames (no reordering delay) between longer ones (B-frames): ffmpeg's concat
+    demuxer offset each part by its container's duration, a few ticks short at 80 fps, and the shift
+    added up over the file (issue 37). Joined by frame number, every frame lands on k / fps, and the
+    joined file's own frames and duration are exact, so joining joined files stays exact too."""
+    rng = np.random.default_rng(0)
+    lengths = (5, 61, 1, 33, 2, 40)
+    parts = [write_mp4(tmp_path / f"p{i}.mp4", rng.integers(0, 255, (n, 24, 32, 3), dtype=np.uint8), fps=fps, gop=10)
+             for i, n in enumerate(lengths)]
+    joined = video.concat_mp4(tmp_path / "all.mp4", parts, fps)
+    twice = video.concat_mp4(tmp_path / "twice.mp4", [joined, joined], fps)
+    for path, count in ((joined, sum(lengths)), (twice, 2 * sum(lengths))):
+        times = frame_times(path)
+        assert len(times) == count == stream_info(path)["frames"]
+        assert np.abs(times - np.arange(count) / fps).max() < 1e-6
+    expected = np.concatenate([read_mp4(p) for p in parts])
+    np.testing.assert_array_equal(read_mp4(joined), expected)  # no re-encoding, nothing reordered
+    np.testing.assert_array_equal(read_mp4(twice), np.concatenate([expected, expected]))
+    assert _leftovers(tmp_path) == []
+
+
+def test_decode_timed_seeks_to_the_keyframe_before(tmp_path):
+    path = write_mp4(tmp_path / "v.mp4", _gradient(t=12), fps=10, gop=4)
+    with video.decode_timed(path, start=0.6) as timed:
+        first, _ = next(timed)
+    assert first == pytest.approx(0.4)  # the keyframe at frame 4; the caller drops what it does not want
 
 
 # ---------------------------------------------------------------- tile / future_panel

@@ -37,8 +37,13 @@ from training.data.lerobot import (
     LeRobotDataset,
 )
 from training.data.lerobot.convert import convert
-from training.data.lerobot.layout import DEFAULT_DATA_FILE_SIZE_IN_MB, DEFAULT_VIDEO_FILE_SIZE_IN_MB
-from training.data.lerobot.video import DEFAULT_GOP, frames_in_order
+from training.data.lerobot.layout import (
+    DEFAULT_DATA_FILE_SIZE_IN_MB,
+    DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+    REPAIR_HINT,
+    TIMESTAMP_TOLERANCE_S,
+)
+from training.data.lerobot.video import DEFAULT_GOP, frames_in_order, off_grid
 
 # info.json dtype names -> the numpy kinds a data column of that dtype may hold
 _KINDS = {"float32": "f", "float64": "f", "int64": "iu", "int32": "iu", "bool": "b"}
@@ -110,27 +115,46 @@ def _check_stats(ds: LeRobotDataset) -> str:
 
 
 def _check_frames(ds: LeRobotDataset, camera: str) -> str:
-    """Decode every frame of the camera's video files, front to back, and count them against the spans."""
+    """Decode every frame of the camera's video files, front to back: count them against the spans,
+    and hold each frame's presentation time to ``frame / fps`` within LeRobot's tolerance."""
     files = ds.video_files(camera)
     shape = ds.image_shape(camera)
     decoded = 0
     for path, spans in files.items():
-        count = 0
+        times: list[float] = []
         try:
             with frames_in_order(path) as frames:
-                for frame in frames:
+                for time, frame in frames:
                     if frame.shape != shape:
-                        raise DatasetError(f"{path}: frame {count} is {frame.shape}, info.json says {shape}")
-                    count += 1
+                        raise DatasetError(f"{path}: frame {len(times)} is {frame.shape}, info.json says {shape}")
+                    times.append(time)
         except DatasetError:
             raise
         except Exception as exc:  # noqa: BLE001 - any decoder error is a broken file
-            raise DatasetError(f"{path}: frame {count} does not decode ({exc})") from None
+            raise DatasetError(f"{path}: frame {len(times)} does not decode ({exc})") from None
         _, needed, ep = max(spans, key=lambda span: span[1])
-        if count < needed:
-            raise DatasetError(f"{path}: {count} frames decode, episode {ep} needs frames up to {needed - 1}")
-        decoded += count
-    return f"video {camera}: {decoded} frames in {len(files)} file(s) decode, every episode's span included"
+        if len(times) < needed:
+            raise DatasetError(f"{path}: {len(times)} frames decode, episode {ep} needs frames up to {needed - 1}")
+        _check_timeline(ds, path, np.array(times), spans)
+        decoded += len(times)
+    return (f"video {camera}: {decoded} frames in {len(files)} file(s) decode, every episode's span included, "
+            f"each frame at frame / fps within {TIMESTAMP_TOLERANCE_S:g} s")
+
+
+def _check_timeline(ds: LeRobotDataset, path: Path, times: np.ndarray, spans: list[tuple[int, int, int]]) -> None:
+    """Every frame of a file at ``frame / fps``: one that is not names its episode, and the repair."""
+    fps = float(ds.fps)
+    bad = off_grid(times, fps)
+    if not len(bad):
+        return
+    j = int(bad[0])
+    ep, first = next(((e, lo) for lo, hi, e in spans if lo <= j < hi), (None, 0))
+    where = f"episode {ep} frame {j - first} (frame {j} of the file)" if ep is not None else f"frame {j}"
+    drift = (times[bad] - bad / fps) * 1e3
+    raise DatasetError(f"{path}: {where} is at {times[j]:.6f} s, not {j / fps:.6f} s (frame / fps): {len(bad)} of "
+                       f"{len(times)} frames are off by more than LeRobot's {TIMESTAMP_TOLERANCE_S:g} s (up to "
+                       f"{np.abs(drift).max():.2f} ms), so readers that seek by time get neighbouring frames; repair "
+                       f"the dataset with: {REPAIR_HINT.format(root=ds.root)}")
 
 
 def _check_images(ds: LeRobotDataset, camera: str) -> str:

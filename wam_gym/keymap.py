@@ -1,19 +1,23 @@
 """Observation keys on the wire <-> our env contract (envs/protocol.py).
 
-A key map is a dict ``{contract key: wire key}``. Contract keys are ``pixels.<camera>``,
-``state`` and ``instruction``; a wire key is the key a protocol's client uses, with ``.``
-stepping into a nested dict (vla-eval's ``images.agentview`` is ``obs["images"]["agentview"]``;
-openpi's LIBERO example uses flat keys with slashes, ``observation/image``). The defaults:
+A key map is a dict ``{contract key: wire keys}``. Contract keys are ``pixels.<camera>``,
+``state`` and ``instruction``; the wire keys of one input are the keys clients use for it, with
+``.`` stepping into a nested dict (vla-eval's ``images.agentview`` is ``obs["images"]["agentview"]``;
+openpi's LIBERO example uses flat keys with slashes, ``observation/image``). A client sends the
+first; a server reads the first one the observation has, as vla-eval's own model servers read
+``states`` or ``state``. The defaults:
 
 - openpi (its LIBERO example, ``examples/libero/main.py``): the first camera is
   ``observation/image``, the second ``observation/wrist_image``, any further one
   ``observation/<camera>``; ``observation/state``; ``prompt``.
-- vla-eval (its recommended keys, ``vla_eval.types.Observation``): ``images.<camera>``,
-  ``state``, ``task_description``.
+- vla-eval: ``images.<camera>``, ``state``, ``task_description`` (its recommended keys,
+  ``vla_eval.types.Observation``), and what its benchmarks send for the suites we have: LIBERO
+  and LIBERO-Pro call robosuite's ``robot0_eye_in_hand`` camera ``images.wrist`` and the state
+  ``states``, RoboCasa sends ``states``, RoboTwin ``joint_state`` (its other keys are ours).
 
 ``SERVE.openpi_keys`` / ``SERVE.vla_eval_keys`` (the server) and ``EVALUATION.remote_keys`` (our
-harness as a client) replace them, e.g. ``'SERVE.vla_eval_keys={state: states}'``; keys not
-named keep their default.
+harness as a client) replace them with one key each, e.g. ``'SERVE.vla_eval_keys={state: proprio}'``;
+inputs not named keep their default.
 """
 
 from __future__ import annotations
@@ -31,57 +35,76 @@ class ObservationError(ValueError):
     """A client's observation does not fit the model: named key, shape or type, and the fix."""
 
 
-def default_keys(protocol: str, cameras: Sequence[str]) -> dict[str, str]:
-    """The default ``{contract key: wire key}`` of ``protocol`` for ``cameras`` (in the model's order)."""
+# Our camera -> the name vla-eval's benchmarks give it, where that differs: its LIBERO benchmarks
+# (libero, libero_pro, libero_mem, libero_plus) send robosuite's eye-in-hand view as images.wrist.
+VLA_EVAL_CAMERAS = {"robot0_eye_in_hand": "wrist"}
+# vla-eval's state keys: its recommended one, then what its benchmarks send (LIBERO, RoboCasa: states; RoboTwin:
+# joint_state). The first is what our client sends: every vla-eval model server that takes a state reads it.
+VLA_EVAL_STATE = ("state", "states", "joint_state")
+
+
+def vla_eval_camera(camera: str) -> str:
+    """The name vla-eval's benchmarks give our ``camera`` (its key under ``images``)."""
+    return VLA_EVAL_CAMERAS.get(camera, camera)
+
+
+def default_keys(protocol: str, cameras: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The default ``{contract key: wire keys}`` of ``protocol`` for ``cameras`` (in the model's order)."""
     if protocol == OPENPI:
         names = ["observation/image", "observation/wrist_image"]
-        keys = {f"{PIXELS}.{cam}": names[i] if i < 2 else f"observation/{cam}" for i, cam in enumerate(cameras)}
-        return {**keys, STATE: "observation/state", INSTRUCTION: "prompt"}
+        keys = {f"{PIXELS}.{cam}": (names[i] if i < 2 else f"observation/{cam}",) for i, cam in enumerate(cameras)}
+        return {**keys, STATE: ("observation/state",), INSTRUCTION: ("prompt",)}
     if protocol == VLA_EVAL:
-        return {**{f"{PIXELS}.{cam}": f"images.{cam}" for cam in cameras}, STATE: "state", INSTRUCTION: "task_description"}
+        keys = {f"{PIXELS}.{cam}": tuple(dict.fromkeys((f"images.{cam}", f"images.{vla_eval_camera(cam)}")))
+                for cam in cameras}
+        return {**keys, STATE: VLA_EVAL_STATE, INSTRUCTION: ("task_description",)}
     raise ValueError(f"protocol {protocol!r}: choose one of {PROTOCOLS}")
 
 
 def key_map(protocol: str, cameras: Sequence[str], overrides: Mapping[str, str] | None = None,
-            knob: str = "the key map") -> dict[str, str]:
-    """The defaults with ``overrides`` (the knob ``knob``) applied; an override of a key the model
-    does not take is refused."""
+            knob: str = "the key map") -> dict[str, tuple[str, ...]]:
+    """The defaults with ``overrides`` (the knob ``knob``; one wire key each) applied; an override of a
+    key the model does not take is refused."""
     keys = default_keys(protocol, cameras)
     unknown = sorted(set(overrides or {}) - set(keys))
     if unknown:
         raise ValueError(f"{knob} maps {unknown}, which name no input of the model; map any of {sorted(keys)}")
-    return {**keys, **(overrides or {})}
+    return {**keys, **{contract: (name,) for contract, name in (overrides or {}).items()}}
 
 
-def to_contract(wire: Any, keys: Mapping[str, str], knob: str = "the key map") -> dict[str, Any]:
-    """One client observation -> one contract observation (a row), every input checked; errors name ``knob``."""
+def to_contract(wire: Any, keys: Mapping[str, Sequence[str]], knob: str = "the key map",
+                hints: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One client observation -> one contract observation (a row), every input checked. A missing input's
+    error names both fixes: ``hints[contract key]`` (how the client is made to send it; else "send it")
+    and the knob ``knob``."""
     if not isinstance(wire, Mapping):
         raise ObservationError(f"an observation must be a dict, got {type(wire).__name__}")
+    hints = hints or {}
     pixels = {}
-    for contract, name in keys.items():
+    for contract, names in keys.items():
         if contract.startswith(f"{PIXELS}."):
             camera = contract[len(PIXELS) + 1:]
-            image = _lookup(wire, name, contract, knob)
+            name, image = _lookup(wire, names, contract, knob, hints.get(contract))
             if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
                 raise ObservationError(f"{name!r} (camera {camera}) must be a uint8 (H, W, 3) image, got {_describe(image)}")
             pixels[camera] = image
-    state = _lookup(wire, keys[STATE], STATE, knob)
+    name, state = _lookup(wire, keys[STATE], STATE, knob, hints.get(STATE))
     if not (isinstance(state, np.ndarray) and state.ndim == 1 and state.dtype.kind in "biuf"):
-        raise ObservationError(f"{keys[STATE]!r} (state) must be a 1-D numeric array, got {_describe(state)}")
-    instruction = _lookup(wire, keys[INSTRUCTION], INSTRUCTION, knob)
+        raise ObservationError(f"{name!r} (state) must be a 1-D numeric array, got {_describe(state)}")
+    name, instruction = _lookup(wire, keys[INSTRUCTION], INSTRUCTION, knob, hints.get(INSTRUCTION))
     if not isinstance(instruction, str):
-        raise ObservationError(f"{keys[INSTRUCTION]!r} (instruction) must be a string, got {_describe(instruction)}")
+        raise ObservationError(f"{name!r} (instruction) must be a string, got {_describe(instruction)}")
     return {PIXELS: pixels, STATE: state.astype(np.float32), INSTRUCTION: instruction}
 
 
-def to_wire(obs: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:
-    """One contract observation -> what a client of the protocol sends."""
+def to_wire(obs: Mapping[str, Any], keys: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """One contract observation -> what a client of the protocol sends (each input under its first wire key)."""
     wire: dict[str, Any] = {}
-    for contract, name in keys.items():
+    for contract, names in keys.items():
         value = obs[PIXELS][contract[len(PIXELS) + 1:]] if contract.startswith(f"{PIXELS}.") else obs[contract]
         if contract == STATE:
             value = np.asarray(value, dtype=np.float32)
-        *parents, leaf = name.split(".")
+        *parents, leaf = names[0].split(".")
         node = wire
         for part in parents:
             node = node.setdefault(part, {})
@@ -89,14 +112,19 @@ def to_wire(obs: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:
     return wire
 
 
-def _lookup(wire: Mapping[str, Any], name: str, contract: str, knob: str) -> Any:
-    node: Any = wire
-    for part in name.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise ObservationError(f"the observation lacks {name!r} (the model's {contract}); it has keys "
-                                   f"{_keys(wire)}: send it, or map the model's {contract} to one of those with {knob}")
-        node = node[part]
-    return node
+def _lookup(wire: Mapping[str, Any], names: Sequence[str], contract: str, knob: str, hint: str | None) -> tuple[str, Any]:
+    """(the first of ``names`` that ``wire`` has, its value)."""
+    for name in names:
+        node: Any = wire
+        for part in name.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node = node[part]
+        else:
+            return name, node
+    also = f"; also read as {', '.join(map(repr, names[1:]))}" if len(names) > 1 else ""
+    raise ObservationError(f"the observation lacks {names[0]!r} (the model's {contract}{also}); it has keys "
+                           f"{_keys(wire)}: {hint or 'send it'}, or map the model's {contract} to one of those with {knob}")
 
 
 def _keys(wire: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -153,12 +153,13 @@ def as_message(obj: Any) -> Message | None:
     return Message(obj["type"], obj["payload"], obj["seq"])
 
 
-def greeting(metadata: dict[str, Any]) -> bytes:
+def greeting(metadata: dict[str, Any], hello_fields: dict[str, Any] | None = None) -> bytes:
     """What the server sends as a connection opens: at once openpi's metadata dict and vla-eval's
     HELLO reply (the same frame parses as both), so one port serves both protocols with no
     guessing. vla-eval clients send HELLO first and read this frame as its answer; the server
-    then does not answer their HELLO again."""
+    then does not answer their HELLO again. ``hello_fields`` go in the HELLO reply only
+    (what vla-eval's runner reads: wam_gym/serve/hello.py)."""
     hello = {"harness_version": metadata.get("server_version", ""), "protocol_version": VLA_EVAL_PROTOCOL_VERSION,
-             "model_server": "wam_gym", "capabilities": {}, **metadata}
+             "model_server": "wam_gym", "capabilities": {}, **metadata, **(hello_fields or {})}
     return msgpack.packb({**metadata, "type": "hello", "payload": hello, "seq": 0, "timestamp": time.time()},
                          default=_encode_openpi, use_bin_type=True)

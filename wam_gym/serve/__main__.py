@@ -32,17 +32,19 @@ def build_server(config):
     from wam_gym.broker import InferenceBroker
     from wam_gym.eval import preflight
     from wam_gym.policies import policy_factory
+    from wam_gym.serve.hello import ServedModel
     from wam_gym.serve.server import PolicyServer
 
     ev, cameras = config.EVALUATION, config.SERVE.cameras
     ckpt = stats = None
     if ev.agent == "wam":
         ckpt, model, stats = preflight.wam_checkpoint(config.ckpt, ev)
-        cameras = cameras or list(model.cameras)
+        served = ServedModel(tuple(cameras or model.cameras), model.state_dim, model.action_dim)
     else:
         preflight.check_python_policy(ev)
         if not cameras:
             raise ValueError("EVALUATION.agent=python needs SERVE.cameras=[...]: the cameras your policy takes, in order")
+        served = ServedModel(tuple(cameras))  # its sizes are known only once it answers
     broker = InferenceBroker(policy_factory(ev, config.MULTIRUN.prompt_cache_size, ckpt, stats), config.MULTIRUN)
     try:
         server_version = version("wam_gym")
@@ -50,7 +52,7 @@ def build_server(config):
         server_version = "unknown"
     metadata = {"server": "wam_gym.serve", "server_version": server_version, "agent": ev.agent,
                 "checkpoint": str(ckpt) if ckpt else ev.policy}
-    return PolicyServer(config, broker, cameras, metadata)
+    return PolicyServer(config, broker, served, metadata)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="serve")

@@ -47,6 +47,7 @@ from envs.protocol import stack_rows
 from wam_gym.broker import BrokerError, InferenceBroker, RemoteInferenceError
 from wam_gym.keymap import key_map, to_contract
 from wam_gym.serve.config import LOOPBACK, ServeConfig
+from wam_gym.serve.hello import ServedModel, hello_fields, runner_hints
 from wam_gym.wire import OPENPI, VLA_EVAL, Message, WireError, as_message, greeting, pack_openpi, unpack
 
 logger = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class Session:
             self._begin(message.payload.get("seed"))
             self.server.stats["vla_eval_episodes"] += 1
         elif message.type == "observation":
-            row = to_contract(message.payload, self.server.keys[VLA_EVAL], KNOBS[VLA_EVAL])
+            row = to_contract(message.payload, self.server.keys[VLA_EVAL], KNOBS[VLA_EVAL], self.server.runner_hints)
             action = self._agent().act(row)
             self.server.stats["vla_eval_requests"] += 1
             return Message("action", {"actions": action}, message.seq).pack()
@@ -151,11 +152,13 @@ class Session:
 class PolicyServer:
     """Serves ``broker`` (not yet started: :meth:`run` starts it) on SERVE.host:SERVE.port."""
 
-    def __init__(self, config: ServeConfig, broker: InferenceBroker, cameras: list[str], metadata: dict[str, Any]):
+    def __init__(self, config: ServeConfig, broker: InferenceBroker, model: ServedModel, metadata: dict[str, Any]):
         self.config, self.broker, s = config, broker, config.SERVE
-        self.keys = {OPENPI: key_map(OPENPI, cameras, s.openpi_keys, KNOBS[OPENPI]),
-                     VLA_EVAL: key_map(VLA_EVAL, cameras, s.vla_eval_keys, KNOBS[VLA_EVAL])}
-        self.metadata = {**metadata, "cameras": list(cameras), "keys": self.keys}
+        self.keys = {OPENPI: key_map(OPENPI, model.cameras, s.openpi_keys, KNOBS[OPENPI]),
+                     VLA_EVAL: key_map(VLA_EVAL, model.cameras, s.vla_eval_keys, KNOBS[VLA_EVAL])}
+        self.runner_hints = runner_hints(model.cameras)  # a vla-eval observation that lacks an input names its --param
+        self.metadata = {**metadata, "cameras": list(model.cameras), "keys": self.keys}
+        self.hello = hello_fields(model)  # what vla-eval's runner reads: which inputs to send, the specs
         self.episode_seeds = itertools.count(config.EVALUATION.seed)
         self.session_ids = itertools.count()
         self.sessions: set[Any] = set()  # open connections
@@ -248,7 +251,7 @@ class PolicyServer:
         self.sessions.add(ws)
         self.stats["sessions"] += 1
         try:
-            await ws.send(greeting(self.metadata))
+            await ws.send(greeting(self.metadata, self.hello))
             async for frame in ws:
                 self.in_flight += 1
                 try:

@@ -3,6 +3,11 @@
 * :func:`write_mp4` is atomic (temp file in the same directory, then :func:`os.replace`) and
   keeps the exact frame size (``macro_block_size=1``). Even sizes use H.264 ``yuv420p``, which
   every player reads; an odd width or height, which ``yuv420p`` cannot hold, uses ``yuv444p``.
+  Frame ``k`` is presented at exactly ``k / fps``.
+* :func:`concat_mp4` joins such files without re-encoding and keeps that timeline exact across
+  the joins: part ``i``'s frame ``k`` lands at ``(frames before part i + k) / fps``.
+* :func:`read_mp4`, :func:`decode_timed` and :func:`frame_times` read with PyAV (FFmpeg's
+  libraries in-process), the decoder LeRobot's readers use, so frames match theirs bit for bit.
 * :func:`tile` and :func:`future_panel` build "rollout beside the predicted future" frames
   with nearest-neighbour resizing in numpy (no extra dependencies, no blurring of pixels).
 """
@@ -12,7 +17,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import imageio.v2 as imageio
 import numpy as np
@@ -70,25 +78,92 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray | Iterable[np.ndarray]
     return path
 
 
-def concat_mp4(path: str | os.PathLike, parts: Sequence[str | os.PathLike]) -> Path:
-    """Join mp4 files of one codec and size into ``path`` without re-encoding (ffmpeg's concat
-    demuxer): each part's first frame stays a keyframe, timestamps run on. Atomic like write_mp4."""
-    import subprocess
+def concat_mp4(path: str | os.PathLike, parts: Sequence[str | os.PathLike], fps: float) -> Path:
+    """Join mp4 files of one codec and size into ``path`` without re-encoding; atomic like write_mp4.
 
-    import imageio_ffmpeg
+    Every packet is placed by its frame number, not by the parts' durations: part ``i``'s frame
+    ``k`` is presented at exactly ``(frames before part i + k) / fps``. (ffmpeg's concat demuxer
+    offsets each part by its container's duration, which can be a few ticks short: the shift then
+    adds up over the file, and a reader seeking by time lands on a neighbouring frame.) Each part's
+    timestamps are snapped to its own ``1 / fps`` grid, so a part that drifts by less than half a
+    frame comes out exact too. Each part's first frame stays a keyframe.
+    """
+    import av
 
     path = Path(path)
-    with atomic_path(path, suffix=".tmp.mp4") as tmp:
-        listing = tmp.with_suffix(".txt")
-        listing.write_text("".join(f"file '{Path(p).resolve()}'\n" for p in parts))
-        try:
-            done = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-f", "concat", "-safe",
-                                   "0", "-i", str(listing), "-c", "copy", str(tmp)], capture_output=True, text=True)
-        finally:
-            listing.unlink(missing_ok=True)
-        if done.returncode:
-            raise ValueError(f"joining {len(parts)} video segments into {path} failed: {done.stderr.strip()[-500:]}")
+    rate = _rate(fps)
+    delays = [_decoder_delay(part, rate) for part in parts]
+    with atomic_path(path, suffix=".tmp.mp4") as tmp, av.open(str(tmp), "w", format="mp4") as out:
+        stream = None
+        before = 0  # frames of the parts already joined
+        for part, delay in zip(parts, delays):
+            with _open(part) as source:
+                video = source.streams.video[0]
+                if stream is None:
+                    stream = out.add_stream_from_template(video)
+                    stream.time_base = video.time_base
+                    time_base, tick = video.time_base, _ticks_per_frame(video.time_base, rate, part)
+                tick_in = _ticks_per_frame(video.time_base, rate, part)
+                frames = 0
+                for packet in source.demux(video):
+                    if packet.pts is None:  # the demuxer's empty end-of-stream packet
+                        continue
+                    # dts run ahead of pts by the encoder's reordering delay; every part's are moved back to the
+                    # largest delay among them, so decoding order stays increasing across the joins.
+                    dts = before + round(packet.dts / tick_in) - (max(delays) - delay)
+                    pts = before + round(packet.pts / tick_in)
+                    packet.stream = stream
+                    packet.time_base = time_base
+                    packet.pts, packet.dts, packet.duration = pts * tick, dts * tick, tick
+                    out.mux(packet)
+                    frames += 1
+                before += frames
     return path
+
+
+def _rate(fps: float) -> Fraction:
+    """``fps`` as an exact ratio (29.97 -> 30000/1001)."""
+    if not fps or fps <= 0:
+        raise ValueError(f"fps must be positive, got {fps!r}")
+    return Fraction(fps).limit_denominator(1001)
+
+
+def _ticks_per_frame(time_base: Fraction, rate: Fraction, path: str | os.PathLike) -> int:
+    """How many ticks of ``time_base`` one frame at ``rate`` lasts (a whole number, or ValueError)."""
+    tick = 1 / (rate * time_base)
+    if tick.denominator != 1:
+        raise ValueError(f"{path}: its time base {time_base} cannot hold frames at {float(rate):g} fps exactly; "
+                         "re-encode it with write_mp4")
+    return int(tick)
+
+
+def _decoder_delay(path: str | os.PathLike, rate: Fraction) -> int:
+    """How many frames a file's decoding timestamps start before its first presentation time."""
+    with _open(path) as source:
+        video = source.streams.video[0]
+        tick = _ticks_per_frame(video.time_base, rate, path)
+        return max([0, *(-round(p.dts / tick) for p in source.demux(video) if p.dts is not None)])
+
+
+@contextmanager
+def _open(path: str | os.PathLike) -> Iterator[Any]:
+    """A PyAV input container; ValueError ("unreadable video") for what FFmpeg cannot open."""
+    import av
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such video: {path}; check the path")
+    try:
+        container = av.open(str(path))
+    except av.FFmpegError as e:
+        raise ValueError(f"unreadable video: {path} ({e}); the file is not an mp4 or is truncated: "
+                         "record it again (write_mp4 never leaves a partial file)") from e
+    try:
+        if not container.streams.video:
+            raise ValueError(f"unreadable video: {path} has no video stream")
+        yield container
+    finally:
+        container.close()
 
 
 def _encode(tmp: str, first: np.ndarray, rest: Iterator[np.ndarray], fps: float, pixelformat: str,
@@ -107,30 +182,61 @@ def _encode(tmp: str, first: np.ndarray, rest: Iterator[np.ndarray], fps: float,
 
 
 def read_mp4(path: str | os.PathLike) -> np.ndarray:
-    """All frames of a video as uint8 ``(T, H, W, 3)``.
+    """All frames of a video as uint8 ``(T, H, W, 3)``, in presentation order.
 
     Raises FileNotFoundError for a missing file, ValueError ("unreadable video") for a file
-    ffmpeg cannot decode and ValueError for a video without frames.
+    FFmpeg cannot decode and ValueError for a video without frames.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such video: {path}; check the path (python -m wam_gym.eval writes "
                                 "output_dir/videos/ only with EVALUATION.eval_save_video=true)")
-    try:
-        reader = imageio.get_reader(path, format="FFMPEG")
-        try:
-            # iter_data, not list(reader): the reader's length can be inf and list() then fails.
-            frames = [np.asarray(f, dtype=np.uint8) for f in reader.iter_data()]
-        finally:
-            reader.close()
-    except MemoryError:
-        raise
-    except Exception as e:  # imageio raises OSError, RuntimeError or ValueError depending on the file
-        raise ValueError(f"unreadable video: {path} ({type(e).__name__}); the file is not an mp4 or is truncated: "
-                         "record it again (write_mp4 never leaves a partial file)") from e
+    with decode_timed(path) as timed:
+        frames = [frame for _, frame in timed]
     if not frames:
         raise ValueError(f"video has no frames: {path}")
     return np.stack(frames)
+
+
+@contextmanager
+def decode_timed(path: str | os.PathLike, start: float = 0.0) -> Iterator[Iterator[tuple[float, np.ndarray]]]:
+    """``(presentation time in seconds, uint8 (H, W, 3) RGB frame)`` of a video, front to back from
+    ``start`` seconds on: with ``start`` > 0 it seeks to the keyframe at or before ``start`` and
+    yields from there (the caller drops what it does not want, by time). A decoding error is a
+    ValueError ("unreadable video") naming the file."""
+    import av
+
+    with _open(path) as source:
+        video = source.streams.video[0]
+        if start > 0:
+            source.seek(int(start / video.time_base), stream=video, backward=True, any_frame=False)
+
+        def frames() -> Iterator[tuple[float, np.ndarray]]:
+            try:
+                for frame in source.decode(video):
+                    yield float(frame.pts * video.time_base), frame.to_ndarray(format="rgb24")
+            except av.FFmpegError as e:
+                raise ValueError(f"unreadable video: {path} ({e}); the file is truncated or corrupt: "
+                                 "record it again") from e
+
+        yield frames()
+
+
+def stream_info(path: str | os.PathLike) -> dict[str, float]:
+    """``fps`` (the stream's average rate) and ``frames`` (the count the container declares) of a
+    video, from its header alone."""
+    with _open(path) as source:
+        video = source.streams.video[0]
+        return {"fps": float(video.average_rate or 0), "frames": int(video.frames)}
+
+
+def frame_times(path: str | os.PathLike) -> np.ndarray:
+    """Every frame's presentation time in seconds, in presentation order, read from the container's
+    packets without decoding (cheap: what LeRobot's reader will see each frame's timestamp as)."""
+    with _open(path) as source:
+        video = source.streams.video[0]
+        ticks = sorted(p.pts for p in source.demux(video) if p.pts is not None)
+        return np.array([float(t * video.time_base) for t in ticks], dtype=np.float64)
 
 
 def _resize_nearest(image: np.ndarray, height: int, width: int) -> np.ndarray:

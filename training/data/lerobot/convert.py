@@ -5,7 +5,12 @@ v2.1 (much public robot data): one parquet and one mp4 per camera per episode
 ``meta/episodes.jsonl``, ``meta/tasks.jsonl``, ``meta/episodes_stats.jsonl``. Each episode is
 checked before it is written: its data file, the state and action columns with info.json's shapes,
 finite values and statistics, timestamps within LeRobot's tolerance of ``frame_index / fps``, and
-every frame of every camera decoded (mp4s, or images in the data files) and counted. The first
+every frame of every camera decoded (mp4s, or images in the data files) and counted.
+
+Videos are decoded front to back, never by seeking, and each frame is taken by its place in the
+file: a source whose video timeline drifts from ``frame / fps`` (which makes a reader that seeks
+by time return neighbouring frames) comes out exact, with no frame shifted, and the summary's
+``timeline`` says which files drifted and by how much. This is how a drifting dataset is repaired. The first
 problem is one :class:`DatasetError` naming the episode and the field, and nothing is left at the
 destination: the new dataset is written into a hidden staging directory next to it and renamed
 into place only when complete. Features other than the cameras, state, action and the indices
@@ -14,9 +19,11 @@ are not carried over (the result lists them).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +31,13 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, DatasetError, camera_of
+from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, TIMESTAMP_TOLERANCE_S, DatasetError, camera_of
 from training.data.lerobot.reader import LeRobotDataset, decode_image, image_bytes
 from training.data.lerobot.tables import column_matrix
+from training.data.lerobot.video import frames_in_order, off_grid
 from training.data.lerobot.writer import DatasetWriter
 from wam_gym.utils.publish import atomic_dir
-from wam_gym.utils.video import read_mp4
 
-TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s between a timestamp and frame_index / fps
 Episode = tuple[np.ndarray, np.ndarray, list[str], dict[str, np.ndarray]]  # state, action, task per frame, frames
 
 
@@ -57,7 +63,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, **layout: Any) -> di
         writer.finalize()
     return {"source": str(src), "version": info.get("codebase_version"), "destination": str(dst),
             "episodes": source.num_episodes, "frames": frames, "cameras": list(source.cameras),
-            "dropped_features": source.dropped}
+            "dropped_features": source.dropped, "timeline": source.timeline.summary()}
 
 
 def _info(src: Path) -> dict[str, Any]:
@@ -88,6 +94,63 @@ def _names(info: dict[str, Any], key: str) -> list[str] | None:
     return list(names) if isinstance(names, list) and len(names) == int(np.prod(shape)) else None
 
 
+class Timeline:
+    """What a conversion found of its source's video timelines: the files whose frames were not at
+    ``frame / fps`` (they are written exact; no frame moves, since frames are taken in decoding order)."""
+
+    def __init__(self, root: Path, fps: float):
+        self.root, self.fps = root, float(fps)
+        self.drifted: dict[str, dict[str, Any]] = {}  # file -> frames off, the largest drift, the episodes
+
+    def add(self, path: Path, times: np.ndarray, first: int, ep: int) -> None:
+        """``times`` of frames ``first..`` of ``path``, which episode ``ep`` holds."""
+        bad = off_grid(times, self.fps, first)
+        if not len(bad):
+            return
+        drift = float(np.abs(times[bad] - (first + bad) / self.fps).max()) * 1e3
+        entry = self.drifted.setdefault(str(path.relative_to(self.root)), {"frames": 0, "max_drift_ms": 0.0, "episodes": []})
+        entry["frames"] += len(bad)
+        entry["max_drift_ms"] = round(max(entry["max_drift_ms"], drift), 3)
+        entry["episodes"].append(ep)
+
+    def summary(self) -> dict[str, Any]:
+        if not self.drifted:
+            return {"changed": "nothing: every source frame was at frame / fps"}
+        frames = sum(e["frames"] for e in self.drifted.values())
+        return {"changed": f"{frames} frames in {len(self.drifted)} video file(s) were off frame / fps by more than "
+                           f"{TIMESTAMP_TOLERANCE_S:g} s; each is now at exactly frame / fps (no frame moved)",
+                "files": {f: {**e, "episodes": _span(e["episodes"])} for f, e in self.drifted.items()}}
+
+
+class _InOrder:
+    """One camera's episodes of a v3.0 dataset, decoded front to back through its files (a file is
+    opened again only when an episode lies before the last one read from it)."""
+
+    def __init__(self, ds: LeRobotDataset, camera: str, timeline: Timeline):
+        self.ds, self.camera, self.timeline = ds, camera, timeline
+        self.path: Path | None = None
+        self.position = 0  # frames of self.path decoded so far
+        self._stack = ExitStack()
+        self._frames: Iterator[tuple[float, np.ndarray]] = iter(())
+
+    def episode(self, ep: int) -> np.ndarray:
+        path, start, length = self.ds.video_span(ep, self.camera)
+        if path != self.path or start < self.position:
+            self.close()
+            self._frames = self._stack.enter_context(frames_in_order(path))
+            self.path, self.position = path, 0
+        taken = list(itertools.islice(self._frames, start - self.position, start + length - self.position))
+        self.position = start + length
+        if len(taken) < length:
+            raise DatasetError(f"{path} ends before episode {ep}'s frames {start}..{start + length - 1} "
+                               f"({self.ds.feature_key(self.camera)}); the video is truncated")
+        self.timeline.add(path, np.array([t for t, _ in taken]), start, ep)
+        return np.stack([frame for _, frame in taken])
+
+    def close(self) -> None:
+        self._stack.close()
+
+
 class _V30:
     """A v3.0 dataset, read (and validated) by LeRobotDataset, episode by episode."""
 
@@ -95,12 +158,19 @@ class _V30:
         self.ds = LeRobotDataset(root, cache_episodes=0)
         self.cameras, self.num_episodes = self.ds.cameras, self.ds.num_episodes
         self.dropped: list[str] = []
+        self.timeline = Timeline(root, self.ds.fps)
 
     def episodes(self) -> Iterator[Episode]:
-        for ep in range(self.num_episodes):
-            table = self.ds.episode_table(ep)
-            tasks = [self.ds.tasks[int(i)] for i in table["task_index"]]
-            yield table["state"], table["action"], tasks, {c: self.ds.episode_frames(ep, c) for c in self.cameras}
+        readers = {c: _InOrder(self.ds, c, self.timeline) for c in self.ds.video_cameras}
+        try:
+            for ep in range(self.num_episodes):
+                table = self.ds.episode_table(ep)
+                tasks = [self.ds.tasks[int(i)] for i in table["task_index"]]
+                frames = {c: readers[c].episode(ep) if c in readers else self.ds.episode_frames(ep, c) for c in self.cameras}
+                yield table["state"], table["action"], tasks, frames
+        finally:
+            for reader in readers.values():
+                reader.close()
 
 
 class _V21:
@@ -117,6 +187,7 @@ class _V21:
         self.lengths = {int(r["episode_index"]): int(r["length"]) for r in self._jsonl("meta/episodes.jsonl")}
         self.stats = {int(r["episode_index"]): r.get("stats", {}) for r in self._jsonl("meta/episodes_stats.jsonl", False)}
         self.num_episodes = int(info["total_episodes"])
+        self.timeline = Timeline(root, self.fps)
         if sorted(self.lengths) != list(range(self.num_episodes)):
             raise DatasetError(f"{root}: meta/episodes.jsonl lists episodes {_span(sorted(self.lengths))}, info.json "
                                f"total_episodes={self.num_episodes}")
@@ -199,9 +270,12 @@ class _V21:
             if not path.is_file():
                 raise DatasetError(f"episode {ep}: {key}'s video {path.relative_to(self.root)} is missing")
             try:
-                frames = read_mp4(path)
+                with frames_in_order(path) as decoded:
+                    timed = list(decoded)
             except ValueError as exc:
                 raise DatasetError(f"episode {ep}: {key}'s video {path.relative_to(self.root)} does not decode ({exc})") from None
+            frames = np.stack([frame for _, frame in timed]) if timed else np.zeros((0, 1, 1, 3), np.uint8)
+            self.timeline.add(path, np.array([t for t, _ in timed[:length]]), 0, ep)
         if len(frames) < length:
             raise DatasetError(f"episode {ep}: {key} has {len(frames)} frames, the episode {length}")
         return frames[:length]

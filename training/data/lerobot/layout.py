@@ -20,6 +20,8 @@ DEFAULT_CHUNKS_SIZE = 1000
 DEFAULT_EPISODES_PER_FILE: int | None = None  # no cap: files close by size, as LeRobot's do
 DEFAULT_DATA_FILE_SIZE_IN_MB = 100  # LeRobot's defaults
 DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
+TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance_s: how far a frame's time may be from frame_index / fps
+REPAIR_HINT = "python -m training.datasets convert {root} {root}-exact"  # decodes front to back, writes exact times
 COLLECT_HINT = "python -m training.collect --env ENV_ID --output {root} --overwrite"
 
 

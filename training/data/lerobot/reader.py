@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -20,15 +19,15 @@ from training.data.lerobot.layout import (
     COLLECT_HINT,
     INDEX_KEYS,
     INFO_PATH,
+    REPAIR_HINT,
     STATS_PATH,
     TASKS_PATH,
+    TIMESTAMP_TOLERANCE_S,
     VIDEO_PATH,
     DatasetError,
     camera_of,
 )
 from training.data.lerobot.tables import column_matrix, read_tasks
-
-log = logging.getLogger(__name__)
 
 
 class LeRobotDataset:
@@ -216,12 +215,19 @@ class LeRobotDataset:
                                f"{f' (its timestamps step at {rate:g} fps)' if rate else ''}; {fix}")
 
     def _check_video_spans(self, fps: float, fix: str) -> None:
-        """An episode's span of its video file lasts ``length / fps``, to half a frame."""
+        """An episode's span of its video file starts on a frame's time and lasts ``length / fps``, to half a frame."""
         lengths = self._meta["length"].astype(np.float64)
         for cam in self._videos:
             key = f"videos/{self._keys[cam]}"
             span = self._meta[f"{key}/to_timestamp"].astype(np.float64) - self._meta[f"{key}/from_timestamp"]
             bad = np.flatnonzero(np.abs(span - lengths / fps) > 0.5 / fps)
+            starts = self._meta[f"{key}/from_timestamp"].astype(np.float64)
+            off = np.flatnonzero(np.abs(starts - np.round(starts * fps) / fps) > TIMESTAMP_TOLERANCE_S)
+            if len(off):
+                ep = int(off[0])
+                raise DatasetError(f"{self.root}: episode {ep}'s {key}/from_timestamp {starts[ep]:.6f} s is not a "
+                                   f"frame's time (a multiple of 1/fps={1 / fps:.6f} s, within {TIMESTAMP_TOLERANCE_S} s) "
+                                   f"in meta/episodes; repair the dataset with: {REPAIR_HINT.format(root=self.root)}")
             if len(bad):
                 ep = int(bad[0])
                 raise DatasetError(f"{self.root}: episode {ep} has {int(lengths[ep])} frames but its {key} span "
@@ -229,8 +235,7 @@ class LeRobotDataset:
                                    f"{lengths[ep] / fps:.4f} s at fps={self.fps} ({int(lengths[ep]) / span[ep]:g} fps); {fix}")
 
     def _check_video_headers(self, fps: float, fix: str) -> None:
-        """Each mp4 (its header only, once per file) plays at fps and holds the frames its episodes
-        span, to ffmpeg's 10 ms precision of the duration."""
+        """Each mp4 (its header only, once per file) plays at fps and holds the frames its episodes span."""
         for cam in self._videos:
             key = f"videos/{self._keys[cam]}"
             needed: dict[Path, tuple[int, int]] = {}  # file -> (frames its episodes end at, one such episode)
@@ -246,18 +251,16 @@ class LeRobotDataset:
         rel = path.relative_to(self.root)
         try:
             head = video.header(path)
-        except Exception as e:  # imageio raises OSError/RuntimeError/ValueError depending on the file
-            raise DatasetError(f"{self.root}: video file {rel} is not a readable video ({type(e).__name__}); "
+        except ValueError as e:
+            raise DatasetError(f"{self.root}: video file {rel} is not a readable video ({e}); "
                                f"re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}") from e
         if head["fps"] and not _same_rate(head["fps"], fps):
             raise DatasetError(f"{self.root}: video file {rel} plays at {head['fps']:g} fps but {INFO_PATH} has "
                                f"fps={self.fps}; {fix}")
-        frames = head["duration"] * (head["fps"] or fps)
-        if head["duration"] and abs(frames - end) > 1 + 0.01 * fps:
-            raise DatasetError(f"{self.root}: video file {rel} holds about {frames:.0f} frames ({head['duration']:g} s) "
-                               f"but its episodes end at frame {end} (episode {ep}'s to_timestamp x fps={self.fps}); "
-                               f"the video and the metadata disagree, re-collect the dataset with: "
-                               f"{COLLECT_HINT.format(root=self.root)}")
+        if head["frames"] and head["frames"] < end:
+            raise DatasetError(f"{self.root}: video file {rel} holds {head['frames']} frames but its episodes end at "
+                               f"frame {end} (episode {ep}'s to_timestamp x fps={self.fps}); the video is truncated, "
+                               f"re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}")
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -399,19 +402,20 @@ class LeRobotDataset:
         if camera not in self._videos:
             return self._decode_images(ep, camera)
         path, start, length = self.video_span(ep, camera)
-        frames = video.read_span(path, start, length, float(self.fps))
-        if frames is None:  # seeking failed or came up short: decode the file from its start
-            log.warning("seeking in %s failed; decoding the whole file for episode %d", path, ep)
-            try:
-                frames = video.read_mp4(path)[start : start + length]
-            except (ValueError, FileNotFoundError) as e:
-                raise DatasetError(f"{path}: {e}; re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}") from e
-        if len(frames) != length:
+        try:
+            return video.read_span(path, start, length, float(self.fps))
+        except video.TimelineError as e:
+            if e.found is None:
+                raise DatasetError(f"{path} ends before frame {e.frame}, which episode {ep} needs (frames {start}.."
+                                   f"{start + length - 1}); the video is truncated, re-collect the dataset with: "
+                                   f"{COLLECT_HINT.format(root=self.root)}") from None
             raise DatasetError(
-                f"{path} holds {start + len(frames)} frames but episode {ep} needs frames {start}..{start + length - 1}; "
-                f"the video is truncated, re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}"
-            )
-        return frames
+                f"{path}: episode {ep} frame {e.frame - start} (frame {e.frame} of the file) should be at "
+                f"{e.expected:.4f} s, the video has {e.found:.4f} s there: its timeline drifts from frame / fps "
+                f"(LeRobot's reader refuses it too); repair the dataset with: {REPAIR_HINT.format(root=self.root)}"
+            ) from None
+        except ValueError as e:
+            raise DatasetError(f"{e}; re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}") from None
 
 
 def decode_image(data: bytes | None, where: str) -> np.ndarray:

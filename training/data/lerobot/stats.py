@@ -175,7 +175,7 @@ def _video_file_stats(ds: LeRobotDataset, camera: str) -> list[dict[str, np.ndar
         last = spans[-1][1]
         with frames_in_order(path) as frames:
             k = 0
-            for frame in frames:
+            for _, frame in frames:  # by decoding order, not time: statistics do not depend on the timeline
                 if k >= last:
                     break
                 for lo, hi, ep in spans:

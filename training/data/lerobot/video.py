@@ -1,5 +1,10 @@
 """Video files of a LeRobot v3.0 dataset: streaming an episode's frames into an mp4 while
-collecting, and decoding one episode's span of a file (or a whole file, front to back)."""
+collecting, and decoding one episode's span of a file (or a whole file, front to back).
+
+The timeline is the contract: frame ``k`` of a file is presented at ``k / fps``, within LeRobot's
+``TIMESTAMP_TOLERANCE_S``. Files written here hold it exactly (``concat_mp4`` joins the episodes'
+segments by frame number). A span read by seeking checks every frame's time, so a file whose
+timeline drifts is an error naming the repair, never a neighbouring frame returned in silence."""
 
 from __future__ import annotations
 
@@ -11,14 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import imageio.v2 as imageio
 import numpy as np
 
-from wam_gym.utils.video import concat_mp4, read_mp4, write_mp4
+from training.data.lerobot.layout import TIMESTAMP_TOLERANCE_S
+from wam_gym.utils.video import concat_mp4, decode_timed, read_mp4, stream_info, write_mp4
 
 DEFAULT_GOP = 10  # frames between keyframes in a dataset's videos (LeRobot encodes g=2: larger files, slower episodes)
 
-__all__ = ["Mp4Stream", "frames_in_order", "header", "read_mp4", "read_span"]
+__all__ = ["Mp4Stream", "TimelineError", "frames_in_order", "header", "off_grid", "read_mp4", "read_span"]
 
 
 class Mp4Stream:
@@ -84,7 +89,7 @@ class Mp4Stream:
                 with self._progress:
                     self._encoded += 1
                     self._progress.notify_all()
-            concat_mp4(self.path, self._segments)
+            concat_mp4(self.path, self._segments, self.fps)
         except self._Aborted:
             pass
         except BaseException as e:  # reported to the writer's thread on its next call
@@ -143,50 +148,56 @@ class Mp4Stream:
             self._thread.join(timeout=30)
 
 
-def read_span(path: Path, start: int, length: int, fps: float) -> np.ndarray | None:
-    """Frames ``start .. start + length - 1`` of a video, seeking by time; None if that fails.
+class TimelineError(ValueError):
+    """A video frame is not where ``frame index / fps`` says: ``frame`` (of the file) should be at
+    ``expected`` seconds, the file has ``found`` there (None: the file ends first)."""
 
-    The seek goes half a frame before the first wanted frame: ffmpeg then decodes from the
-    preceding keyframe and drops every frame before that time, so rounding of the timestamp
-    can neither skip the first frame nor include the one before it.
+    def __init__(self, path: Path, frame: int, expected: float, found: float | None):
+        self.path, self.frame, self.expected, self.found = path, frame, expected, found
+        where = "the file ends before it" if found is None else f"the frame there is at {found:.6f} s"
+        super().__init__(f"{path}: frame {frame} should be at {expected:.6f} s (frame / fps), {where}")
+
+
+def off_grid(times: np.ndarray, fps: float, first: int = 0) -> np.ndarray:
+    """Indices ``i`` whose time is not ``(first + i) / fps`` within LeRobot's tolerance."""
+    expected = (first + np.arange(len(times))) / float(fps)
+    return np.flatnonzero(np.abs(np.asarray(times, dtype=np.float64) - expected) > TIMESTAMP_TOLERANCE_S)
+
+
+def read_span(path: Path, start: int, length: int, fps: float) -> np.ndarray:
+    """Frames ``start .. start + length - 1`` of a video, seeking to the keyframe before ``start``.
+
+    Decoded frames before half a frame ahead of ``start / fps`` are dropped; every frame kept must be
+    at ``(start + i) / fps`` within the tolerance, or :class:`TimelineError` names the first that is
+    not (a drifting file, or one that ends early). ValueError for a file FFmpeg cannot decode.
     """
-    seek = max(0.0, (start - 0.5) / fps)
-    params = ["-ss", f"{seek:.6f}"] if start > 0 else []
-    try:
-        reader = imageio.get_reader(path, format="FFMPEG", input_params=params)
-    except Exception:  # imageio raises OSError/RuntimeError/ValueError depending on the file
-        return None
-    frames = []
-    try:
-        for _ in range(length):
-            frames.append(np.asarray(reader.get_next_data(), dtype=np.uint8))
-    except (IndexError, StopIteration):
-        pass
-    except Exception:
-        return None
-    finally:
-        reader.close()
-    if len(frames) != length:
-        return None
+    fps = float(fps)
+    frames: list[np.ndarray] = []
+    times: list[float] = []
+    with decode_timed(path, start=start / fps) as timed:
+        for time, frame in timed:
+            if time < (start - 0.5) / fps:
+                continue
+            frames.append(frame)
+            times.append(time)
+            if len(frames) == length:
+                break
+    bad = off_grid(np.array(times), fps, start)
+    if len(bad) or len(frames) < length:
+        i = int(bad[0]) if len(bad) else len(frames)
+        raise TimelineError(path, start + i, (start + i) / fps, times[i] if i < len(times) else None)
     return np.stack(frames)
 
 
 def header(path: Path) -> dict[str, float]:
-    """``fps`` and ``duration`` (seconds; ffmpeg prints it to 10 ms) from a video's header, without
-    decoding frames; raises what imageio raises for an unreadable file."""
-    reader = imageio.get_reader(path, format="FFMPEG")
-    try:
-        meta = reader.get_meta_data()
-    finally:
-        reader.close()
-    return {"fps": float(meta.get("fps") or 0.0), "duration": float(meta.get("duration") or 0.0)}
+    """``fps`` (the stream's average rate) and ``frames`` (the container's count) of a video, without
+    decoding; ValueError for a file FFmpeg cannot open."""
+    return stream_info(path)
 
 
 @contextmanager
-def frames_in_order(path: Path) -> Iterator[Iterator[np.ndarray]]:
-    """Every frame of a video, decoded front to back; the file is closed when the block ends."""
-    reader = imageio.get_reader(path, format="FFMPEG")
-    try:
-        yield reader.iter_data()
-    finally:
-        reader.close()
+def frames_in_order(path: Path) -> Iterator[Iterator[tuple[float, np.ndarray]]]:
+    """``(presentation time, frame)`` of every frame of a video, decoded front to back; the file is
+    closed when the block ends."""
+    with decode_timed(path) as timed:
+        yield timed
