@@ -287,18 +287,22 @@ def serve_config(**evaluation) -> Callable[[Ctx], object]:
     return trigger
 
 
-def served_frame(frame: dict, keys: dict | None = None) -> Callable[[Ctx], object]:
-    """What the server does with one client frame: decode it, then map it onto the model's inputs."""
+def served_frame(frame: dict, keys: dict | None = None, protocol: str = "openpi") -> Callable[[Ctx], object]:
+    """What the server does with one client frame: decode it, then map it onto the model's inputs
+    (a vla-eval observation's missing input also names the runner's --param that sends it)."""
 
     def trigger(ctx: Ctx):
         import msgpack
 
         from wam_gym.keymap import key_map, to_contract
-        from wam_gym.wire import unpack
+        from wam_gym.serve.hello import runner_hints
+        from wam_gym.serve.server import KNOBS
+        from wam_gym.wire import VLA_EVAL, unpack
 
+        cameras = ("corner", "gripperPOV")
         obs = unpack(msgpack.packb(frame, use_bin_type=True))
-        return to_contract(obs, key_map("openpi", ["corner", "gripperPOV"], keys, "SERVE.openpi_keys"),
-                           "SERVE.openpi_keys")
+        return to_contract(obs, key_map(protocol, cameras, keys, KNOBS[protocol]), KNOBS[protocol],
+                           runner_hints(cameras) if protocol == VLA_EVAL else None)
 
     return trigger
 
@@ -561,6 +565,7 @@ def cases() -> list[Case]:
     from wam_gym.wire import WireError
 
     f32 = np.float32
+    pixel = {"__ndarray__": True, "data": bytes(3), "dtype": "|u1", "shape": [1, 1, 3]}  # a 1x1 image, as vla-eval packs it
     return [
         # --- command lines
         Case("eval-cli-unknown-key", ("wam_gym.eval", "EVALUATION.num_trails=2"), 1,
@@ -725,6 +730,12 @@ def cases() -> list[Case]:
         Case("serve-obs-missing-key", served_frame({"prompt": "reach"}), ObservationError,
              r"the observation lacks 'observation/image' \(the model's pixels\.corner\); it has keys \['prompt'\]: "
              r"send it, or map .* with SERVE\.openpi_keys"),
+        Case("serve-vla-eval-obs-missing-state",
+             served_frame({"images": {"corner": pixel, "gripperPOV": pixel}, "task_description": "reach"},
+                          protocol="vla-eval"), ObservationError,
+             r"the observation lacks 'state' \(the model's state; also read as 'states', 'joint_state'\); it has keys "
+             r"\['images\.corner', 'images\.gripperPOV', 'task_description'\]: send it \(vla-eval's runner: "
+             r"--param send_state=true\), or map .* with SERVE\.vla_eval_keys"),
         Case("serve-obs-float-image", served_frame({"observation/image": {b"__ndarray__": True, b"data": bytes(12),
                                                                           b"dtype": "<f4", b"shape": [1, 1, 3]}}),
              ObservationError, r"'observation/image' \(camera corner\) must be a uint8 \(H, W, 3\) image, got float32"),

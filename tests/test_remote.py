@@ -271,6 +271,8 @@ def test_vla_eval_model_server_runs_every_episode(tmp_path, vla_eval_server):
     assert [set(e["result"]) for e in ends] == [{"success"}] * 2
     calls = server.events("predict")  # chunks of 4, one action served per step: ceil(10 / 4) calls an episode
     assert len(calls) == 2 * 3 and calls[0]["cameras"] == ["corner", "gripperPOV"]
+    # each input under the first of its default keys: vla-eval's recommended ones, which its model servers all read
+    assert calls[0]["keys"] == ["images", "state", "task_description"]
 
 
 def test_server_killed_mid_episode_and_restarted_costs_a_retry_not_a_failure(tmp_path, vla_eval_server):

@@ -168,7 +168,12 @@ def test_vla_eval_clients_get_one_action_per_step_from_their_own_chunks(wam_serv
 
     async def session(s: int) -> None:
         async with Connection(f"ws://127.0.0.1:{port}", timeout=120) as conn:
-            assert conn.server_info["model_server"] == "wam_gym" and conn.server_info["action_horizon"] == 16
+            info = conn.server_info
+            assert info["model_server"] == "wam_gym" and info["action_horizon"] == 16
+            # what vla-eval's runner reads, from the checkpoint: two cameras and a 4-d state in, 4-d actions out
+            assert info["observation_params"] == {"send_state": True, "send_wrist_image": True}
+            assert sorted(info["observation_spec"]) == ["corner", "gripperPOV", "language", "state"]
+            assert (info["observation_spec"]["state"]["dims"], info["action_spec"]["actions"]["dims"]) == (4, 4)
             await conn.start_episode({"seed": 50 + s})
             for obs in observations[s]:
                 actions[s].append((await conn.act(obs))["actions"])
@@ -194,6 +199,76 @@ def test_vla_eval_clients_get_one_action_per_step_from_their_own_chunks(wam_serv
             for step in range(first, min(first + 4, steps)):
                 assert actions[s][step].shape == (4,)
                 np.testing.assert_allclose(actions[s][step], chunk[step - first], atol=1e-5)
+
+
+# ----------------------------------------------------------------- what vla-eval's runner reads
+@pytest.fixture
+def environ_kept():
+    """vla-eval's LIBERO module sets EGL variables when imported: keep them from the tests after this one."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_the_greeting_tells_vla_evals_libero_benchmark_what_the_model_needs(environ_kept):
+    """vla-eval's runner reads observation_params, observation_spec and action_spec from the HELLO reply
+    and builds its benchmark with them (vla_eval.orchestrator). For a LIBERO-shaped model its LIBERO
+    benchmark sends the wrist image and the state, and what its make_obs sends becomes the model's
+    inputs. vla-eval's own code throughout; only the simulator is left out (a robosuite observation made
+    here). tests/suites/test_libero.py runs the whole runner against a server."""
+    from types import SimpleNamespace
+
+    from vla_eval.benchmarks.libero.benchmark import LIBEROBenchmark
+    from vla_eval.orchestrator import _merge_observation_params
+    from vla_eval.protocol.messages import Message, MessageType, pack_message, unpack_message
+    from vla_eval.specs import DimSpec, check_specs
+
+    from wam_gym.keymap import ObservationError, key_map, to_contract
+    from wam_gym.serve.hello import ServedModel, hello_fields, runner_hints
+    from wam_gym.wire import VLA_EVAL, as_message, greeting
+
+    cameras = ("agentview", "robot0_eye_in_hand")  # wam_gym/LIBERO-*'s, with its 8-d state and 7-d actions
+    hello = unpack_message(greeting({"server_version": "test"}, hello_fields(ServedModel(cameras, 8, 7))))
+    assert hello.type is MessageType.HELLO
+    info = hello.payload
+    config = {"suite": "libero_spatial", "seed": 7, "num_steps_wait": 10}  # vla-eval's configs/libero_spatial.yaml
+    benchmark = LIBEROBenchmark(**_merge_observation_params(LIBEROBenchmark, config, info["observation_params"]))
+    assert benchmark.send_wrist_image and benchmark.send_state
+    overridden = _merge_observation_params(LIBEROBenchmark, {**config, "send_state": False}, info["observation_params"])
+    assert overridden["send_state"] is False  # the run's own params (--param send_state=false) win
+
+    server_obs = {key: DimSpec.from_dict(spec) for key, spec in info["observation_spec"].items()}
+    server_action = {key: DimSpec.from_dict(spec) for key, spec in info["action_spec"].items()}
+    assert set(server_obs) == set(benchmark.get_observation_spec())  # each input declared is one the benchmark sends
+    assert (server_obs["state"].dims, server_action["actions"].dims) == (8, 7)
+    warnings = check_specs(server_action, benchmark.get_action_spec(), server_obs, benchmark.get_observation_spec())
+    # observations: only the state's layout, which a checkpoint does not record (nor its actions')
+    assert [w for w in warnings if w.startswith("observation")] == \
+        ["observation [state]: state: eef_pos3_axisangle3_gripper2 vs raw"]
+
+    rng = np.random.default_rng(0)
+    raw = {"agentview_image": rng.integers(0, 256, (256, 256, 3), dtype=np.uint8),
+           "robot0_eye_in_hand_image": rng.integers(0, 256, (256, 256, 3), dtype=np.uint8),
+           "robot0_eef_pos": np.array([0.1, 0.2, 0.3]), "robot0_eef_quat": np.array([0.0, 0.0, 0.0, 1.0]),
+           "robot0_gripper_qpos": np.array([0.04, -0.04])}
+    task = {"name": "put the bowl on the plate"}
+    # make_obs also sends the controller's pose (controller_states) when it sends the state: a stand-in robot
+    controller = SimpleNamespace(ee_pos=np.zeros(3), ee_ori_mat=np.eye(3))
+    benchmark._env = SimpleNamespace(robots=[SimpleNamespace(controller=controller)])
+    sent = benchmark.make_obs(raw, task)
+    frame = pack_message(Message(MessageType.OBSERVATION, sent, seq=1))  # vla-eval's encoding: PNG images
+    keys = key_map(VLA_EVAL, cameras)
+    row = to_contract(as_message(unpack(frame)).payload, keys, "SERVE.vla_eval_keys")
+    np.testing.assert_array_equal(row["pixels"]["agentview"], sent["images"]["agentview"])
+    np.testing.assert_array_equal(row["pixels"]["robot0_eye_in_hand"], sent["images"]["wrist"])
+    np.testing.assert_allclose(row["state"], sent["states"].astype(np.float32))
+    assert row["instruction"] == task["name"]
+
+    lacking = LIBEROBenchmark(**overridden).make_obs(raw, task)
+    with pytest.raises(ObservationError, match=r"lacks 'state' .*: send it \(vla-eval's runner: --param "
+                                               r"send_state=true\), or map .* with SERVE\.vla_eval_keys$"):
+        to_contract(lacking, keys, "SERVE.vla_eval_keys", runner_hints(cameras))
 
 
 # ----------------------------------------------------------------- bad input

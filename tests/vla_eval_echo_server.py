@@ -33,7 +33,7 @@ class EchoServer(PredictModelServer):
 
     def predict(self, obs, ctx):
         state = np.asarray(obs["state"], np.float32)
-        self.record("predict", cameras=sorted(obs["images"]), instruction=obs["task_description"])
+        self.record("predict", keys=sorted(obs), cameras=sorted(obs["images"]), instruction=obs["task_description"])
         time.sleep(self.delay_s)
         return {"actions": np.repeat(np.clip(-state[None, :4], -1, 1), CHUNK, axis=0)}
 

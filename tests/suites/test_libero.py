@@ -400,3 +400,61 @@ def test_eval_in_this_venv_against_a_server_in_the_main_venv(main_venv_server, p
 
     # LIBERO pins trial k to init state k, and each record should say which one it used (wam_gym/eval/tasks.py).
     assert [r["init_state_id"] for r in records] == list(range(REMOTE_TRIALS))
+
+
+# vla-eval's configs/libero_spatial.yaml (vla-eval 0.8's repository), cut to one task, one episode and REMOTE_STEPS
+# steps: its runner builds its own LIBERO benchmark in this venv and asks the server what to send.
+VLA_EVAL_LIBERO_CONFIG = f"""
+server:
+  url: "ws://localhost:8000"
+docker:
+  image: ghcr.io/allenai/vla-evaluation-harness/libero:latest
+output_dir: "./results"
+benchmarks:
+  - benchmark: "vla_eval.benchmarks.libero.benchmark:LIBEROBenchmark"
+    subname: libero_spatial
+    mode: sync
+    episodes_per_task: 1
+    max_tasks: 1
+    max_steps: {REMOTE_STEPS}
+    params:
+      suite: libero_spatial
+      seed: 7
+      num_steps_wait: 10
+"""
+
+
+@pytest.mark.slow  # about half a minute each on 2 CPU cores (LIBERO's scene build, 10 steps)
+@pytest.mark.parametrize("params", [[], ["--param", "send_state=false"]], ids=["no-flags", "send_state-false"])
+def test_vla_eval_runner_with_its_libero_config_needs_no_flags(main_venv_server, params, tmp_path):
+    """``vla-eval run -c <its LIBERO config> --no-docker --server-url ws://...`` against a LIBERO-shaped WAM
+    served from the main venv: our HELLO asks its benchmark for the wrist image and the state, and the keys it
+    sends (images.agentview, images.wrist, states, task_description) are the model's inputs. A run that
+    overrides the HELLO (``--param send_state=false``: the run's params win) gets one error line naming both fixes."""
+    pytest.importorskip("vla_eval", reason="vla-eval is the LIBERO venv's interop extra: make .venv-libero/.installed")
+    port, _ = main_venv_server
+    config = tmp_path / "libero_spatial.yaml"
+    config.write_text(VLA_EVAL_LIBERO_CONFIG)
+    before = _server_stats(port)
+    command = [str(Path(sys.executable).with_name("vla-eval")), "run", "-c", str(config), "--no-docker",
+               "--server-url", f"ws://127.0.0.1:{port}", "--output-dir", str(tmp_path / "results"), *params]
+    ran = subprocess.run(command, cwd=tmp_path, env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
+                         capture_output=True, text=True, timeout=900)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0, output[-5000:]
+    (aggregate,) = (tmp_path / "results").glob("*_aggregate.json")
+    results = json.loads(aggregate.read_text())
+    (episode,) = results["tasks"][0]["episodes"]
+    grew = {k: _server_stats(port)[k] - before[k] for k in ("vla_eval_requests", "vla_eval_episodes", "errors")}
+    if not params:
+        assert "Auto-configured from model server: send_state=True" in output
+        assert "Auto-configured from model server: send_wrist_image=True" in output
+        assert results["num_errors"] == 0 and episode["steps"] == REMOTE_STEPS, episode
+        assert grew == {"vla_eval_requests": REMOTE_STEPS, "vla_eval_episodes": 1, "errors": 0}
+    else:
+        assert results["num_errors"] == 1 and episode["failure_reason"] == "model_act", episode
+        assert ("the observation lacks 'state' (the model's state; also read as 'states', 'joint_state'); it has keys "
+                "['images.agentview', 'images.wrist', 'task_description']: send it (vla-eval's runner: --param "
+                "send_state=true), or map the model's state to one of those with SERVE.vla_eval_keys") \
+            in episode["failure_detail"]
+        assert grew == {"vla_eval_requests": 0, "vla_eval_episodes": 1, "errors": 1}
