@@ -69,7 +69,7 @@ class RemotePolicy:
         self.on_wait = None  # called about once a second while waiting (the actor's heartbeat)
         self._ws = None
         self._seq = 0
-        self._keys: dict[tuple[str, ...], dict[str, str]] = {}  # per camera tuple
+        self._keys: dict[tuple[str, ...], dict[str, tuple[str, ...]]] = {}  # per camera tuple
         self.episode_seed, self._calls, self._task, self._started = 0, 0, None, False
         # The server's own model time, when it reports one (openpi's server_timing.infer_ms); else None.
         self.cost = ModelCost()
@@ -133,7 +133,7 @@ class RemotePolicy:
             if message.type == "action" and message.seq == seq:
                 return self._prediction(message.payload)
 
-    def _key_map(self, row: dict[str, Any]) -> dict[str, str]:
+    def _key_map(self, row: dict[str, Any]) -> dict[str, tuple[str, ...]]:
         cameras = tuple(row[PIXELS])  # in the env's order: the first is openpi's observation/image
         if cameras not in self._keys:
             self._keys[cameras] = key_map(self.settings.protocol, cameras, self.settings.keys, "EVALUATION.remote_keys")
