@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -93,7 +94,10 @@ def concat_mp4(path: str | os.PathLike, parts: Sequence[str | os.PathLike], fps:
     path = Path(path)
     rate = _rate(fps)
     delays = [_decoder_delay(part, rate) for part in parts]
-    with atomic_path(path, suffix=".tmp.mp4") as tmp, av.open(str(tmp), "w", format="mp4") as out:
+    with _open(parts[0]) as first:
+        timescale = str(first.streams.video[0].time_base.denominator)
+    with (atomic_path(path, suffix=".tmp.mp4") as tmp,
+          av.open(str(tmp), "w", format="mp4", options={"movie_timescale": timescale}) as out):
         stream = None
         before = 0  # frames of the parts already joined
         for part, delay in zip(parts, delays):
@@ -126,6 +130,15 @@ def _rate(fps: float) -> Fraction:
     if not fps or fps <= 0:
         raise ValueError(f"fps must be positive, got {fps!r}")
     return Fraction(fps).limit_denominator(1001)
+
+
+def _timescale(rate: Fraction) -> int:
+    """Ticks a second for a file's track and its movie header: a multiple of the frame rate (so every
+    frame time is a whole tick) of at least 10000. The movie header's timescale matters as much: it
+    holds the edit list that B-frames need, and at FFmpeg's default of 1000 a duration such as 33
+    frames at 80 fps (412.5 ms) rounds to the millisecond, so the file reads a few ticks short and
+    whatever is joined after it (ffmpeg's concat demuxer, LeRobot's aggregate_datasets) shifts."""
+    return rate.numerator * math.ceil(10000 / rate.numerator)
 
 
 def _ticks_per_frame(time_base: Fraction, rate: Fraction, path: str | os.PathLike) -> int:
@@ -168,7 +181,9 @@ def _open(path: str | os.PathLike) -> Iterator[Any]:
 
 def _encode(tmp: str, first: np.ndarray, rest: Iterator[np.ndarray], fps: float, pixelformat: str,
             gop: int | None = None) -> None:
-    params = None if gop is None else ["-g", str(int(gop))]
+    timescale = str(_timescale(_rate(fps)))
+    params = ["-video_track_timescale", timescale, "-movie_timescale", timescale]
+    params += [] if gop is None else ["-g", str(int(gop))]
     writer = imageio.get_writer(tmp, format="FFMPEG", fps=fps, macro_block_size=1, pixelformat=pixelformat,
                                 output_params=params)
     # Not `with`: imageio's writer skips close() when the block raises, which leaves ffmpeg
