@@ -5,6 +5,10 @@ it prints with our own reader.
     read ROOT        every item through lerobot.datasets.lerobot_dataset.LeRobotDataset (pyav backend):
                      prints JSON {items, timestamp_errors, first_error, digests: {camera: [sha1 per item]}}
     aggregate OUT ROOT...   join datasets with lerobot.datasets.aggregate.aggregate_datasets
+    convert-v21 ROOT        LeRobot's own v2.1 -> v3.0 converter, in place (it keeps ROOT_old beside it)
+    normalize        LeRobot's NormalizerProcessorStep on statistics with degenerate dimensions (a constant
+                     one: zero std, min == max, q01 == q99), in each mode: prints the fixture
+                     tests/fixtures/lerobot_normalization.json
 """
 
 from __future__ import annotations
@@ -48,10 +52,46 @@ def aggregate(out: Path, roots: list[Path]) -> None:
                        roots=roots, aggr_root=out)
 
 
+def convert_v21(root: Path) -> None:
+    from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+
+    convert_dataset(repo_id=root.name, root=root.parent, push_to_hub=False)
+
+
+# state and action statistics: dimension 0 ordinary, 1 constant (a gripper that never moves), 2 a tiny range
+NORMALIZE_STATS = {key: {"mean": [0.5, 0.04, 1.0], "std": [2.0, 0.0, 1e-9], "min": [-3.0, 0.04, 1.0],
+                         "max": [4.0, 0.04, 1.0 + 1e-7], "q01": [-2.5, 0.04, 1.0], "q99": [3.0, 0.04, 1.0 + 1e-7]}
+                   for key in ("observation.state", "action")}
+NORMALIZE_VALUES = [[0.5, 0.04, 1.0], [-2.5, 0.04, 1.0 + 1e-7], [3.0, 0.05, 0.5]]
+
+
+def normalize() -> dict:
+    import torch
+    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
+    from lerobot.processor.normalize_processor import NormalizerProcessorStep
+
+    features = {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(3,)),
+                "action": PolicyFeature(type=FeatureType.ACTION, shape=(3,))}
+    values = torch.tensor(NORMALIZE_VALUES, dtype=torch.float64)
+    out: dict = {"stats": NORMALIZE_STATS, "values": NORMALIZE_VALUES, "normalized": {}}
+    for mode, name in ((NormalizationMode.MEAN_STD, "mean_std"), (NormalizationMode.MIN_MAX, "min_max"),
+                       (NormalizationMode.QUANTILES, "quantiles")):
+        step = NormalizerProcessorStep(features=features, norm_map={FeatureType.STATE: mode, FeatureType.ACTION: mode},
+                                       stats=NORMALIZE_STATS, dtype=torch.float64)
+        out["normalized"][name] = {
+            "observation.state": step._apply_transform(values, "observation.state", FeatureType.STATE).tolist(),
+            "action": step._apply_transform(values, "action", FeatureType.ACTION).tolist()}
+    return out
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "read":
         print(json.dumps(read(Path(args[0]))))
+    elif command == "convert-v21":
+        convert_v21(Path(args[0]))
+    elif command == "normalize":
+        print(json.dumps(normalize()))
     elif command == "aggregate":
         aggregate(Path(args[0]), [Path(a) for a in args[1:]])
     else:

@@ -55,7 +55,7 @@ def check(root: str | Path) -> list[str]:
     lines = [f"opened: {ds.num_episodes} episodes, {ds.num_frames} frames at {ds.fps:g} fps; metadata, files, "
              "timestamps, video spans and headers agree"]
     lines.append(_check_columns(ds))
-    lines.append(_check_stats(ds))
+    lines += _check_stats(ds)
     for camera in ds.cameras:
         lines.append(_check_frames(ds, camera) if camera in ds.video_cameras else _check_images(ds, camera))
     return lines
@@ -90,11 +90,14 @@ def _flat(table, key: str) -> tuple[Any, np.ndarray]:
     return values, np.asarray((values.flatten() if nested else values).to_numpy(zero_copy_only=False))
 
 
-def _check_stats(ds: LeRobotDataset) -> str:
-    """Statistics for state, action, the indices and every camera: present, finite, the right size."""
+def _check_stats(ds: LeRobotDataset) -> list[str]:
+    """Statistics for state, action, the indices and every camera: present, finite, the right size. Missing
+    quantiles are a warning, not a failure: LeRobot's own v2.1 -> v3.0 converter writes none, and only
+    dataset.normalization=quantiles needs them (it then names the same fix)."""
     stats = ds.stats
     sizes = {LEROBOT_STATE: ds.episode_table(0)["state"].shape[1], LEROBOT_ACTION: ds.episode_table(0)["action"].shape[1],
              **dict.fromkeys(INDEX_KEYS, 1), **{ds.feature_key(c): 3 for c in ds.cameras}}
+    without_quantiles = []
     for feature, size in sizes.items():
         if feature not in stats:
             raise DatasetError(f"{ds.root}: meta/stats.json has no statistics for {feature!r}; recompute them with: "
@@ -102,8 +105,8 @@ def _check_stats(ds: LeRobotDataset) -> str:
         for name in STAT_NAMES:
             if name not in stats[feature]:
                 if name in QUANTILE_NAMES:
-                    raise DatasetError(f"{ds.root}: meta/stats.json lacks {feature} {name} (written by an older tool); "
-                                       f"recompute them with: python -m training.collect --stats-only {ds.root}")
+                    without_quantiles += [feature] if feature not in without_quantiles else []
+                    continue
                 raise DatasetError(f"{ds.root}: meta/stats.json lacks {feature} {name}")
             value = np.asarray(stats[feature][name], dtype=np.float64)
             if not np.isfinite(value).all():
@@ -111,7 +114,13 @@ def _check_stats(ds: LeRobotDataset) -> str:
                                    f"recompute it with: python -m training.collect --stats-only {ds.root}")
             if name != "count" and value.size != size:
                 raise DatasetError(f"{ds.root}: meta/stats.json {feature} {name} has {value.size} values, the data {size}")
-    return f"stats: {len(sizes)} features, {len(STAT_NAMES)} statistics each, present and finite"
+    lines = [f"stats: {len(sizes)} features, {len(STAT_NAMES)} statistics each, present and finite"]
+    if without_quantiles:
+        lines = [f"stats: {len(sizes)} features with min/max/mean/std/count, present and finite",
+                 f"warning: meta/stats.json has no quantiles ({', '.join(QUANTILE_NAMES)}) for {len(without_quantiles)} "
+                 f"features (LeRobot's v2.1 -> v3.0 converter writes none); dataset.normalization=quantiles needs them: "
+                 f"python -m training.collect --stats-only {ds.root}"]
+    return lines
 
 
 def _check_frames(ds: LeRobotDataset, camera: str) -> str:

@@ -10,6 +10,9 @@ into the model's range, ``x' = (x - centre) / scale``:
 - ``quantiles``: both mapped from [q01, q99] to [-1, 1] (LeRobot's QUANTILES, pi0.5's default):
   robust to the rare outliers that stretch min/max, and values beyond them stay beyond +-1.
 
+Each mode computes exactly what LeRobot 0.4.4's normalizer does, degenerate statistics included (a
+zero std or width; tests/fixtures/lerobot_normalization.json holds its outputs).
+
 A checkpoint's ``dataset_stats.json`` is the training dataset's statistics with the mode added
 (``"normalization"``), so evaluation un-normalises the way training normalised.
 """
@@ -26,7 +29,7 @@ import numpy as np
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 
-_EPS = 1e-6
+_EPS = 1e-8  # LeRobot's NormalizerProcessorStep eps: added to std, or standing in for a zero width
 MODES = ("mean_std", "min_max", "quantiles")
 MODE_KEY = "normalization"  # where a checkpoint's stats file records its mode
 _DEFAULT = {LEROBOT_STATE: "mean_std", LEROBOT_ACTION: "min_max"}  # normalization=null
@@ -48,8 +51,11 @@ def _affine(stats: Mapping[str, Any], mode: str, feature: str, source: str) -> t
         raise ValueError(f"{source} lacks {feature} {missing}, which dataset.normalization={mode} needs{hint}")
     low, high = (np.asarray(stats[name], dtype=np.float64) for name in _NEEDS[mode])
     if mode == "mean_std":
-        return low, np.maximum(high, _EPS)
-    return (high + low) / 2, np.maximum((high - low) / 2, _EPS / 2)
+        return low, high + _EPS
+    # LeRobot's 2 (x - low) / width - 1, with a width of exactly 0 (a constant dimension, such as a gripper
+    # that never moves) taken as _EPS: its constant value maps to -1, as in LeRobot, not to 0.
+    width = np.where(high - low == 0, _EPS, high - low)
+    return low + width / 2, width / 2
 
 
 @dataclass
