@@ -547,6 +547,16 @@ def dataset_with_fps(video_rate: float | None = None, info_rate: float | None = 
     return trigger
 
 
+def drifting_dataset(ctx: Ctx):
+    """The shared dataset (20 fps) with episode 1's frames of one camera 30 ms early: a timeline that drifts."""
+    from tests.test_timeline import drift
+    from training.data import LeRobotDataset
+
+    root = Path(shutil.copytree(ctx.shared.dataset, ctx.tmp / "ds"))
+    drift(root / "videos/observation.images.wrist/chunk-000/file-000.mp4", 4, 0.030, fps=20)
+    LeRobotDataset(root).episode_frames(1, "wrist")
+
+
 # ----------------------------------------------------------------------------- the catalogue
 def cases() -> list[Case]:
     from agents.wam.attention import AttentionBackendError
@@ -808,6 +818,9 @@ def cases() -> list[Case]:
         Case("dataset-video-fps-mismatch", dataset_with_fps(video_rate=80), DatasetError,
              r"video file videos/observation\.images\.wrist/chunk-000/file-000\.mp4 plays at 80 fps but "
              r"meta/info\.json has fps=20; set fps in meta/info\.json"),
+        Case("dataset-video-timeline-drift", drifting_dataset, DatasetError,
+             r"file-000\.mp4: episode 1 frame 0 \(frame 4 of the file\) should be at 0\.2000 s, the video has 0\.2200 s "
+             r"there: its timeline drifts .*repair the dataset with: python -m training\.datasets convert \S+ \S+-exact"),
     ]
 
 

@@ -421,8 +421,8 @@ def test_a_truncated_video_is_refused(timed_copy):
 
 def test_each_video_header_is_read_once_per_open(timed_root, monkeypatch):
     read = []
-    real = lerobot_video.header
-    monkeypatch.setattr(lerobot_video, "header", lambda path: read.append(path) or real(path))
+    real = lerobot_video.stream_info
+    monkeypatch.setattr(lerobot_video, "stream_info", lambda path: read.append(path) or real(path))
     LeRobotDataset(timed_root)
     assert sorted(p.parent.parent.name for p in read) == ["observation.images.corner", "observation.images.wrist"]
 

@@ -122,40 +122,6 @@ def test_concat_keeps_every_frame_at_k_over_fps(tmp_path, fps):
     assert _leftovers(tmp_path) == []
 
 
-def _join_as_lerobot_does(parts, out):
-    """What LeRobot's aggregate_datasets does to video files (video_utils.concatenate_video_files, read not
-    copied): ffmpeg's concat demuxer through PyAV, packets copied. It offsets each file by its duration."""
-    import av
-
-    listing = out.with_suffix(".ffconcat")
-    listing.write_text("ffconcat version 1.0\n" + "".join(f"file '{p.resolve()}'\n" for p in parts))
-    with av.open(str(listing), "r", format="concat", options={"safe": "0"}) as source, av.open(str(out), "w") as sink:
-        stream = sink.add_stream_from_template(source.streams.video[0])
-        stream.time_base = source.streams.video[0].time_base
-        for packet in source.demux(source.streams.video[0]):
-            if packet.dts is not None:
-                packet.stream = stream
-                sink.mux(packet)
-    return out
-
-
-@pytest.mark.parametrize("fps", [80, 30, 29.97])
-def test_durations_are_exact_so_other_tools_joins_stay_exact(tmp_path, fps):
-    """B-frames make an mp4 carry an edit list, kept in the movie header's timescale: at FFmpeg's default
-    of 1000 33 frames at 80 fps (412.5 ms) read as 412 ms, and every file joined after one shifted
-    (LeRobot's aggregate_datasets by 0.49 ms a file). Every file we write lasts exactly frames / fps."""
-    import av
-
-    parts = [write_mp4(tmp_path / f"p{i}.mp4", _gradient(t=n, h=24, w=32), fps=fps) for i, n in enumerate((33, 7, 61))]
-    parts.append(video.concat_mp4(tmp_path / "joined.mp4", parts[:2], fps))
-    for part, n in zip(parts, (33, 7, 61, 40)):
-        with av.open(str(part)) as c:  # LeRobot's get_video_duration_in_s reads this
-            stream = c.streams.video[0]
-            assert float(stream.duration * stream.time_base) == pytest.approx(n / fps, abs=1e-9), part.name
-    theirs = _join_as_lerobot_does(parts, tmp_path / "theirs.mp4")
-    assert np.abs(frame_times(theirs) - np.arange(141) / fps).max() < 1e-6
-
-
 def test_decode_timed_seeks_to_the_keyframe_before(tmp_path):
     path = write_mp4(tmp_path / "v.mp4", _gradient(t=12), fps=10, gop=4)
     with video.decode_timed(path, start=0.6) as timed:

@@ -43,7 +43,7 @@ from training.data.lerobot.layout import (
     REPAIR_HINT,
     TIMESTAMP_TOLERANCE_S,
 )
-from training.data.lerobot.video import DEFAULT_GOP, frames_in_order, off_grid
+from training.data.lerobot.video import DEFAULT_GOP, decode_timed, off_grid
 
 # info.json dtype names -> the numpy kinds a data column of that dtype may hold
 _KINDS = {"float32": "f", "float64": "f", "int64": "iu", "int32": "iu", "bool": "b"}
@@ -132,7 +132,7 @@ def _check_frames(ds: LeRobotDataset, camera: str) -> str:
     for path, spans in files.items():
         times: list[float] = []
         try:
-            with frames_in_order(path) as frames:
+            with decode_timed(path) as frames:
                 for time, frame in frames:
                     if frame.shape != shape:
                         raise DatasetError(f"{path}: frame {len(times)} is {frame.shape}, info.json says {shape}")

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -238,11 +239,14 @@ def decode_timed(path: str | os.PathLike, start: float = 0.0) -> Iterator[Iterat
 
 
 def stream_info(path: str | os.PathLike) -> dict[str, float]:
-    """``fps`` (the stream's average rate) and ``frames`` (the count the container declares) of a
-    video, from its header alone."""
+    """``fps`` and ``frames`` (the count the container declares) of a video, from its header and first
+    packets. The rate is the one its frames step at (the median duration of the first 32 packets), not
+    the average over the file, which a timeline that drifts would bend."""
     with _open(path) as source:
         video = source.streams.video[0]
-        return {"fps": float(video.average_rate or 0), "frames": int(video.frames)}
+        durations = [p.duration for p in itertools.islice(source.demux(video), 32) if p.duration]
+        rate = 1 / float(np.median(durations) * video.time_base) if durations else float(video.average_rate or 0)
+        return {"fps": rate, "frames": int(video.frames)}
 
 
 def frame_times(path: str | os.PathLike) -> np.ndarray:

@@ -34,7 +34,7 @@ from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, TIMESTAMP_TOLERANCE_S, DatasetError, camera_of
 from training.data.lerobot.reader import LeRobotDataset, decode_image, image_bytes
 from training.data.lerobot.tables import column_matrix
-from training.data.lerobot.video import frames_in_order, off_grid
+from training.data.lerobot.video import decode_timed, off_grid
 from training.data.lerobot.writer import DatasetWriter
 from wam_gym.utils.publish import atomic_dir
 
@@ -137,7 +137,7 @@ class _InOrder:
         path, start, length = self.ds.video_span(ep, self.camera)
         if path != self.path or start < self.position:
             self.close()
-            self._frames = self._stack.enter_context(frames_in_order(path))
+            self._frames = self._stack.enter_context(decode_timed(path))
             self.path, self.position = path, 0
         taken = list(itertools.islice(self._frames, start - self.position, start + length - self.position))
         self.position = start + length
@@ -270,7 +270,7 @@ class _V21:
             if not path.is_file():
                 raise DatasetError(f"episode {ep}: {key}'s video {path.relative_to(self.root)} is missing")
             try:
-                with frames_in_order(path) as decoded:
+                with decode_timed(path) as decoded:
                     timed = list(decoded)
             except ValueError as exc:
                 raise DatasetError(f"episode {ep}: {key}'s video {path.relative_to(self.root)} does not decode ({exc})") from None

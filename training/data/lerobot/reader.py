@@ -250,7 +250,7 @@ class LeRobotDataset:
     def _check_header(self, path: Path, end: int, ep: int, fps: float, fix: str) -> None:
         rel = path.relative_to(self.root)
         try:
-            head = video.header(path)
+            head = video.stream_info(path)
         except ValueError as e:
             raise DatasetError(f"{self.root}: video file {rel} is not a readable video ({e}); "
                                f"re-collect the dataset with: {COLLECT_HINT.format(root=self.root)}") from e

@@ -29,7 +29,7 @@ from training.data.lerobot.layout import (
     DatasetError,
 )
 from training.data.lerobot.reader import LeRobotDataset
-from training.data.lerobot.video import frames_in_order
+from training.data.lerobot.video import decode_timed
 from wam_gym.utils.publish import atomic_write_text
 
 
@@ -173,7 +173,7 @@ def _video_file_stats(ds: LeRobotDataset, camera: str) -> list[dict[str, np.ndar
     for path, spans in ds.video_files(camera).items():
         accumulators = {ep: ImageStats() for _, _, ep in spans}
         last = spans[-1][1]
-        with frames_in_order(path) as frames:
+        with decode_timed(path) as frames:
             k = 0
             for _, frame in frames:  # by decoding order, not time: statistics do not depend on the timeline
                 if k >= last:

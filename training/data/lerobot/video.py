@@ -12,7 +12,6 @@ import itertools
 import queue
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from wam_gym.utils.video import concat_mp4, decode_timed, read_mp4, stream_info,
 
 DEFAULT_GOP = 10  # frames between keyframes in a dataset's videos (LeRobot encodes g=2: larger files, slower episodes)
 
-__all__ = ["Mp4Stream", "TimelineError", "frames_in_order", "header", "off_grid", "read_mp4", "read_span"]
+__all__ = ["Mp4Stream", "TimelineError", "decode_timed", "off_grid", "read_mp4", "read_span", "stream_info"]
 
 
 class Mp4Stream:
@@ -188,16 +187,3 @@ def read_span(path: Path, start: int, length: int, fps: float) -> np.ndarray:
         raise TimelineError(path, start + i, (start + i) / fps, times[i] if i < len(times) else None)
     return np.stack(frames)
 
-
-def header(path: Path) -> dict[str, float]:
-    """``fps`` (the stream's average rate) and ``frames`` (the container's count) of a video, without
-    decoding; ValueError for a file FFmpeg cannot open."""
-    return stream_info(path)
-
-
-@contextmanager
-def frames_in_order(path: Path) -> Iterator[Iterator[tuple[float, np.ndarray]]]:
-    """``(presentation time, frame)`` of every frame of a video, decoded front to back; the file is
-    closed when the block ends."""
-    with decode_timed(path) as timed:
-        yield timed
