@@ -1,10 +1,22 @@
+import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/<name>.py imported as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:

@@ -1,6 +1,5 @@
 """scripts/psnr_score.py on real mp4 files written with wam_gym.utils.video.write_mp4."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,21 +10,14 @@ import imageio_ffmpeg
 import numpy as np
 import pytest
 
+from tests.conftest import load_script
 from wam_gym.utils import metrics
 from wam_gym.utils.video import read_mp4, write_mp4
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "psnr_score.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("psnr_score", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-psnr_score = _load_script()
+psnr_score = load_script("psnr_score")
 
 
 def smooth_video(t: int = 4, h: int = 64, w: int = 64) -> np.ndarray:

@@ -8,15 +8,14 @@ to return a neighbouring frame, and convert repairs it without moving a frame.""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
 
+from tests.conftest import load_script
 from training.collect import main as collect
 from training.data import DatasetError, LeRobotDataset
 from training.data.lerobot.convert import convert
@@ -24,16 +23,7 @@ from training.datasets import check
 from wam_gym.utils.video import concat_mp4, frame_times, read_mp4, write_mp4
 
 REACH = "wam_gym/MetaWorld-reach-v3"
-CROSSCHECK = Path(__file__).resolve().parent.parent / "scripts" / "lerobot_crosscheck.py"
 TOLERANCE_S = 1e-4  # LeRobot's
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("lerobot_crosscheck", CROSSCHECK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def join_as_lerobot_does(parts: list[Path], out: Path) -> Path:
@@ -64,7 +54,7 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
     assert collect(["--env", REACH, "--episodes", "4", "--agent", "expert", "--output", str(collected),
                     "--image-size", "32", "--action-noise", "0.5"]) == 0
     convert(collected, root / "relayout", episodes_per_file=3)
-    _script().write_v21(collected, root / "v21")
+    load_script("lerobot_crosscheck").write_v21(collected, root / "v21")
     convert(root / "v21", root / "from-v21")
     aggregated = root / "aggregated"
     for camera_dir in (collected / "videos").iterdir():
