@@ -547,6 +547,35 @@ def dataset_with_fps(video_rate: float | None = None, info_rate: float | None = 
     return trigger
 
 
+def damaged_dataset(damage: Callable[[Path], None]) -> Callable[[Ctx], object]:
+    """The shared dataset with ``damage`` done to a copy, then opened as training opens it."""
+
+    def trigger(ctx: Ctx):
+        from training.data import LeRobotDataset
+
+        root = Path(shutil.copytree(ctx.shared.dataset, ctx.tmp / "ds"))
+        damage(root)
+        LeRobotDataset(root)
+
+    return trigger
+
+
+def _edit_column(path: Path, column: str, edit: Callable[[list], list]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    values = pa.array(edit(table.column(column).to_pylist()), table.schema.field(column).type)
+    pq.write_table(table.set_column(table.column_names.index(column), column, values), path)
+
+
+def _edit_info(root: Path, **changes) -> None:
+    import json
+
+    info = json.loads((root / "meta/info.json").read_text())
+    (root / "meta/info.json").write_text(json.dumps({**info, **changes}))
+
+
 def drifting_dataset(ctx: Ctx):
     """The shared dataset (20 fps) with episode 1's frames of one camera 30 ms early: a timeline that drifts."""
     from tests.test_timeline import drift
@@ -818,6 +847,17 @@ def cases() -> list[Case]:
         Case("dataset-video-fps-mismatch", dataset_with_fps(video_rate=80), DatasetError,
              r"video file videos/observation\.images\.wrist/chunk-000/file-000\.mp4 plays at 80 fps but "
              r"meta/info\.json has fps=20; set fps in meta/info\.json"),
+        Case("dataset-action-not-finite", damaged_dataset(lambda r: _edit_column(
+            r / "data/chunk-000/file-000.parquet", "action", lambda rows: [[float("nan")] * len(rows[0])] + rows[1:])),
+             DatasetError, r"episode 0 frame 0: action is not finite \(\[nan, nan, nan\]; 1 such frames in all\); training "
+             r"would learn from it: fix or drop it where the dataset was made, then convert it again"),
+        Case("dataset-task-empty", damaged_dataset(lambda r: _edit_column(r / "meta/tasks.parquet", "task",
+                                                                          lambda tasks: [""] * len(tasks))),
+             DatasetError, r"meta/tasks\.parquet: task_index 0 is '', not an instruction: every task must be a non-empty "
+                           r"string \(training conditions on it\)"),
+        Case("dataset-path-outside", damaged_dataset(lambda r: _edit_info(r, data_path="../{chunk_index}/{file_index}.parquet")),
+             DatasetError, r"meta/info\.json's data_path '\.\./{chunk_index}/{file_index}\.parquet' names '\.\./0/0\.parquet', "
+                           r"which is outside the dataset; a dataset's files must lie under its root"),
         Case("dataset-video-timeline-drift", drifting_dataset, DatasetError,
              r"file-000\.mp4: episode 1 frame 0 \(frame 4 of the file\) should be at 0\.2000 s, the video has 0\.2200 s "
              r"there: its timeline drifts .*repair the dataset with: python -m training\.datasets convert \S+ \S+-exact"),

@@ -202,6 +202,10 @@ def test_writer_validates_frames(tmp_path):
     w.add_frame(good, np.zeros(4), np.zeros(3), "t")
     with pytest.raises(ValueError, match="dims"):
         w.add_frame(good, np.zeros(5), np.zeros(3), "t")
+    with pytest.raises(ValueError, match=r"action must be finite, got \[0.0, nan, 0.0\] \(frame 1 of the episode\)"):
+        w.add_frame(good, np.zeros(4), np.array([0, np.nan, 0]), "t")
+    with pytest.raises(ValueError, match="task must be a non-empty string"):
+        w.add_frame(good, np.zeros(4), np.zeros(3), "  ")
     w.clear_episode()
     with pytest.raises(ValueError, match="no frames"):
         w.save_episode()

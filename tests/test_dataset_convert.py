@@ -120,6 +120,12 @@ def test_a_v30_dataset_is_laid_out_again(v21, tmp_path):
     np.testing.assert_array_equal(a.episode_table(2)["action"], b.episode_table(2)["action"])
 
 
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
 def _edit_table(path: Path, edit) -> None:
     pq.write_table(edit(pq.read_table(path)), path)
 
@@ -137,7 +143,26 @@ def _edit_table(path: Path, edit) -> None:
      r"episode 0: meta/episodes_stats.jsonl action std is not finite"),
     (lambda r: _edit_table(r / V21_DATA.format(episode_chunk=0, episode_index=1), lambda t: t.drop_columns(["action"])),
      r"episode 1: the data file lacks 'action'"),
-], ids=["missing-video", "timestamps", "stats-nan", "missing-action"])
+    (lambda r: _edit_table(r / V21_DATA.format(episode_chunk=0, episode_index=1), lambda t: t.set_column(
+        t.column_names.index("action"), "action", pa.array([[np.nan] * 6] * 7, pa.list_(pa.float32(), 6)))),
+     r"episode 1 frame 0: action is not finite \(\[nan, .*7 such frames in all\); training would learn from it: fix or "
+     r"drop it where the dataset was made"),
+    (lambda r: (r / "meta/tasks.jsonl").write_text('{"task_index": 0, "task": "stack the cups"}\n'
+                                                   '{"task_index": 1, "task": " "}\n'),
+     r"meta/tasks.jsonl: task_index 1 is ' ', not an instruction: every task must be a non-empty string"),
+    (lambda r: write_mp4(r / V21_VIDEO.format(episode_chunk=0, video_key="observation.images.top", episode_index=2),
+                         np.stack([_frame("top", 2, t) for t in range(6)]), fps=FPS),
+     r"episode 2: observation.images.top has 6 frames, the episode 4 \(its data file's rows and meta/episodes.jsonl\)"),
+    (lambda r: _edit_json(r / "meta/info.json", lambda i: i["features"]["observation.images.top"]["info"].update(
+        {"video.fps": 30})),
+     r"meta/info.json has fps=10 but features\['observation.images.top'\].info\['video.fps'\]=30"),
+    (lambda r: _edit_json(r / "meta/info.json", lambda i: i.update(data_path="../../{episode_index}.parquet")),
+     r"meta/info.json's data_path '../../{episode_index}.parquet' names '../../0.parquet', which is outside the dataset"),
+    (lambda r: _edit_json(r / "meta/info.json", lambda i: i.update(video_path="/etc/{video_key}-{episode_index}.mp4")),
+     r"meta/info.json's video_path '/etc/{video_key}-{episode_index}.mp4' names '/etc/observation.images.top-0.mp4', "
+     r"which is outside the dataset"),
+], ids=["missing-video", "timestamps", "stats-nan", "missing-action", "action-nan", "empty-task", "video-longer",
+        "video-fps", "data-path-outside", "video-path-absolute"])
 def test_a_broken_dataset_names_the_episode_and_field_and_leaves_nothing(broken, tmp_path, damage, message):
     damage(broken)
     with pytest.raises(DatasetError, match=message):

@@ -14,6 +14,7 @@ import pytest
 
 from training.data import DatasetError, DatasetWriter
 from training.data.lerobot import QUANTILE_NAMES
+from training.data.lerobot.convert import convert
 from training.datasets import check, info
 from wam_gym.utils.video import read_mp4, write_mp4
 
@@ -113,3 +114,56 @@ def test_cli_exit_codes_and_one_error_line(sound, damaged):
                          text=True, timeout=120)
     assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
     assert "meta/info.json is missing" in bad.stderr
+
+
+# ------------------------------------------------------------------ what training trusts (issue 39, class 2)
+def _edit_data(path: Path, column: str, edit) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    values = edit(table.column(column).to_pylist())
+    pq.write_table(table.set_column(table.column_names.index(column), column, pa.array(values, table.schema.field(column).type)),
+                   path)
+
+
+def _nan_at(rows, row, dim):
+    rows[row][dim] = float("nan")
+    return rows
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda r: _edit_data(r / "data/chunk-000/file-001.parquet", "action", lambda rows: _nan_at(rows, 2, 1)),
+     r"ds: episode 2 frame 2: action is not finite \(\[.*, nan, .*\]; 1 such frames in all\); training would learn "
+     r"from it: fix or drop it where the dataset was made, then convert it again"),
+    (lambda r: _edit_data(r / "data/chunk-000/file-000.parquet", "observation.state", lambda rows: _nan_at(rows, 7, 0)),
+     r"ds: episode 1 frame 1: observation.state is not finite"),
+    (lambda r: _edit_data(r / "meta/tasks.parquet", "task", lambda tasks: ["reach", ""]),
+     r"meta/tasks.parquet: task_index 1 is '', not an instruction: every task must be a non-empty string"),
+    (lambda r: _edit_data(r / "data/chunk-000/file-000.parquet", "task_index", lambda ix: [5] * len(ix)),
+     r"ds: episode 0 frame 0 has task_index 5, which meta/tasks.parquet does not list \(it has 2 tasks\)"),
+    (lambda r: _edit_json(r / "meta/info.json", lambda i: i.update(data_path="../elsewhere/{chunk_index}-{file_index}.parquet")),
+     r"meta/info.json's data_path '../elsewhere/{chunk_index}-{file_index}.parquet' names '../elsewhere/0-0.parquet', "
+     r"which is outside the dataset"),
+    (lambda r: _edit_json(r / "meta/info.json", lambda i: i.update(video_path="/tmp/{video_key}/{file_index}.mp4")),
+     r"meta/info.json's video_path '/tmp/{video_key}/{file_index}.mp4' names '/tmp/observation.images.corner/0.mp4', "
+     r"which is outside the dataset"),
+], ids=["action-nan", "state-nan", "empty-task", "unknown-task", "data-path-outside", "video-path-absolute"])
+def test_what_training_trusts_is_checked_where_the_dataset_is_opened(damaged, damage, message):
+    """The reader refuses, so check, convert (of a v3.0 source) and training, which all open it, refuse the same."""
+    damage(damaged)
+    with pytest.raises(DatasetError, match=message):
+        check(damaged)
+    with pytest.raises(DatasetError, match=message):
+        convert(damaged, damaged.parent / "out")
+    assert not (damaged.parent / "out").exists()
+
+
+def test_a_symlink_out_of_the_dataset_is_refused(damaged, tmp_path):
+    """A file of the dataset that is a link to elsewhere is outside it too (paths are resolved)."""
+    outside = tmp_path / "elsewhere.parquet"
+    data = damaged / "data/chunk-000/file-000.parquet"
+    data.rename(outside)
+    data.symlink_to(outside)
+    with pytest.raises(DatasetError, match=r"names 'data/chunk-000/file-000.parquet', which is outside the dataset"):
+        check(damaged)

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
+from training.data.lerobot import validate
 from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, TIMESTAMP_TOLERANCE_S, DatasetError, camera_of
 from training.data.lerobot.reader import LeRobotDataset, decode_image, image_bytes
 from training.data.lerobot.tables import column_matrix
@@ -183,7 +184,9 @@ class _V21:
         self.cameras = tuple(self.keys)
         kept = {LEROBOT_STATE, LEROBOT_ACTION, *INDEX_KEYS, *self.keys.values()}
         self.dropped = sorted(k for k in features if k not in kept)
-        self.tasks = {int(r["task_index"]): r["task"] for r in self._jsonl("meta/tasks.jsonl")}
+        self.tasks = {int(r["task_index"]): r.get("task") for r in self._jsonl("meta/tasks.jsonl")}
+        validate.tasks_named([self.tasks[i] for i in sorted(self.tasks)], f"{root}/meta/tasks.jsonl")
+        self._check_rates(features)
         self.lengths = {int(r["episode_index"]): int(r["length"]) for r in self._jsonl("meta/episodes.jsonl")}
         self.stats = {int(r["episode_index"]): r.get("stats", {}) for r in self._jsonl("meta/episodes_stats.jsonl", False)}
         self.num_episodes = int(info["total_episodes"])
@@ -203,10 +206,18 @@ class _V21:
         except ValueError as exc:
             raise DatasetError(f"{path}: not JSON lines ({exc})") from None
 
+    def _check_rates(self, features: dict[str, Any]) -> None:
+        """Each video feature's ``video.fps`` is the dataset's ``fps``: frames are placed by it."""
+        for key in self.keys.values():
+            declared = features[key].get("info", {}).get("video.fps")
+            if declared is not None and abs(float(declared) - self.fps) > 1e-3 * self.fps:
+                raise DatasetError(f"{self.root}: meta/info.json has fps={self.info['fps']} but features['{key}'].info"
+                                   f"['video.fps']={declared}; set both to the rate the data was recorded at")
+
     def _path(self, template_key: str, ep: int, **extra: str) -> Path:
         chunk = ep // int(self.info.get("chunks_size", 1000))
-        template = self.info[template_key]
-        return self.root / template.format(episode_chunk=chunk, episode_index=ep, **extra)
+        return validate.path_in(self.root, self.info[template_key], template_key, episode_chunk=chunk,
+                                episode_index=ep, **extra)
 
     def episodes(self) -> Iterator[Episode]:
         for ep in range(self.num_episodes):
@@ -237,9 +248,7 @@ class _V21:
         expected = int(np.prod(self.info["features"][key].get("shape") or [values.shape[1]]))
         if values.shape[1] != expected:
             raise DatasetError(f"episode {ep}: {key} has {values.shape[1]} values a frame, info.json's shape says {expected}")
-        if not np.isfinite(values).all():
-            frame = int(np.flatnonzero(~np.isfinite(values).all(axis=1))[0])
-            raise DatasetError(f"episode {ep}: {key} is not finite at frame {frame}")
+        validate.finite_rows(values, key, str(self.root), lambda row: f"episode {ep} frame {row}")
         return values
 
     def _check_timestamps(self, table, ep: int) -> None:
@@ -276,9 +285,10 @@ class _V21:
                 raise DatasetError(f"episode {ep}: {key}'s video {path.relative_to(self.root)} does not decode ({exc})") from None
             frames = np.stack([frame for _, frame in timed]) if timed else np.zeros((0, 1, 1, 3), np.uint8)
             self.timeline.add(path, np.array([t for t, _ in timed[:length]]), 0, ep)
-        if len(frames) < length:
-            raise DatasetError(f"episode {ep}: {key} has {len(frames)} frames, the episode {length}")
-        return frames[:length]
+        if len(frames) != length:  # more frames than rows: which ones are the episode's is anyone's guess
+            raise DatasetError(f"episode {ep}: {key} has {len(frames)} frames, the episode {length} (its data file's rows "
+                               f"and meta/episodes.jsonl); {validate.FIX_AT_SOURCE}")
+        return frames
 
 
 def _span(indices: list[int]) -> str:

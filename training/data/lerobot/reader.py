@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot import video
+from training.data.lerobot import validate, video
 from training.data.lerobot.layout import (
     CODEBASE_VERSION,
     COLLECT_HINT,
@@ -78,6 +78,7 @@ class LeRobotDataset:
         if not tasks_path.is_file():
             raise DatasetError(f"{self.root}: {TASKS_PATH} is missing; re-collect the dataset with: {hint}")
         self._tasks = read_tasks(tasks_path)
+        validate.tasks_named(self._tasks, str(tasks_path))
         self._load_episodes(hint)
         self._load_data(hint)
         self._check_videos(hint)
@@ -124,14 +125,15 @@ class LeRobotDataset:
         self._meta = meta
 
     def _data_path(self, chunk: int, file: int) -> Path:
-        return self.root / self._info["data_path"].format(chunk_index=int(chunk), file_index=int(file))
+        return validate.path_in(self.root, self._info["data_path"], "data_path", chunk_index=int(chunk),
+                                file_index=int(file))
 
     def _video_path(self, camera: str, ep: int) -> Path:
         key = self._keys[camera]
         template = self._info.get("video_path") or VIDEO_PATH
         chunk = int(self._meta[f"videos/{key}/chunk_index"][ep])
         file = int(self._meta[f"videos/{key}/file_index"][ep])
-        return self.root / template.format(video_key=key, chunk_index=chunk, file_index=file)
+        return validate.path_in(self.root, template, "video_path", video_key=key, chunk_index=chunk, file_index=file)
 
     def _load_data(self, hint: str) -> None:
         pairs = list(dict.fromkeys(zip(self._meta["data/chunk_index"].tolist(), self._meta["data/file_index"].tolist())))
@@ -163,8 +165,23 @@ class LeRobotDataset:
             )
         data["state"] = data["state"].astype(np.float32, copy=False)
         data["action"] = data["action"].astype(np.float32, copy=False)
-        data["timestamp"] = data["timestamp"].astype(np.float32, copy=False)
         self._data = data
+        self._check_rows()
+
+    def _check_rows(self) -> None:
+        """What training trusts of every row: finite state and action, a task the tasks table lists."""
+        data = self._data
+
+        def frame(row: int) -> str:
+            return f"episode {int(data['episode_index'][row])} frame {int(data['frame_index'][row])}"
+
+        validate.finite_rows(data["state"], LEROBOT_STATE, str(self.root), frame)
+        validate.finite_rows(data["action"], LEROBOT_ACTION, str(self.root), frame)
+        unknown = np.flatnonzero((data["task_index"] < 0) | (data["task_index"] >= len(self._tasks)))
+        if len(unknown):
+            i = int(unknown[0])
+            raise DatasetError(f"{self.root}: {frame(i)} has task_index {int(data['task_index'][i])}, which "
+                               f"{TASKS_PATH} does not list (it has {len(self._tasks)} tasks); {validate.FIX_AT_SOURCE}")
 
     def _check_videos(self, hint: str) -> None:
         for cam in self._videos:

@@ -141,8 +141,8 @@ class DatasetWriter:
             frames[cam] = np.array(img, copy=True, order="C")
         state = self._vector(state, "state")
         action = self._vector(action, "action")
-        if not isinstance(task, str) or not task:
-            raise ValueError(f"task must be a non-empty string, got {task!r}")
+        if not isinstance(task, str) or not task.strip():
+            raise ValueError(f"task must be a non-empty string (the instruction training conditions on), got {task!r}")
         for cam, img in frames.items():
             self._pending["frames"][cam].append(img)
         self._pending["state"].append(state)
@@ -287,6 +287,9 @@ class DatasetWriter:
         v = np.asarray(value, dtype=np.float32)
         if v.ndim != 1 or not len(v):
             raise ValueError(f"{name} must be a 1-D vector, got shape {v.shape}")
+        if not np.isfinite(v).all():  # refused here, where it enters, not later by every reader
+            raise ValueError(f"{name} must be finite, got {v.tolist()} (frame {len(self._pending['state'])} of the "
+                             f"episode); drop the episode with clear_episode()")
         attr = f"_{name}_dim"
         dim = getattr(self, attr)
         if dim is None:
