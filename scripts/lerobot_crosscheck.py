@@ -1,6 +1,6 @@
 """Check our datasets against the real LeRobot 0.4.4: its LeRobotDataset reads every item with no
 timestamp error, and its frames are bit-identical to our reader's. LeRobot is not our dependency:
-build it once in a venv of its own with ../shared/lerobot-venv/setup.sh DIR (about 3 minutes).
+build it once in a venv of its own with scripts/lerobot/setup.sh DIR (about 3 minutes).
 
     python scripts/lerobot_crosscheck.py --lerobot DIR --work /tmp/xcheck outputs/demo/data
 
@@ -34,14 +34,13 @@ from training.data.lerobot.convert import convert  # noqa: E402
 from training.datasets import check  # noqa: E402
 from wam_gym.utils.video import frame_times, write_mp4  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent.parent / "shared" / "lerobot-venv"
+LEROBOT = Path(__file__).resolve().parent / "lerobot"  # the venv recipe and what runs inside it
 
 
 def lerobot(venv_dir: Path, *args: str) -> str:
-    """Run scripts/lerobot_side.py in LeRobot's venv; its stdout."""
-    env = {**os.environ, "PYTHONPATH": str(SHARED), "LEROBOT_VENV_DIR": str(venv_dir)}
-    done = subprocess.run([str(venv_dir / "venv/bin/python"), str(HERE / "lerobot_side.py"), *args], env=env,
+    """Run scripts/lerobot/side.py in LeRobot's venv; its stdout."""
+    env = {**os.environ, "PYTHONPATH": str(LEROBOT), "LEROBOT_VENV_DIR": str(venv_dir)}
+    done = subprocess.run([str(venv_dir / "venv/bin/python"), str(LEROBOT / "side.py"), *args], env=env,
                           capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"LeRobot failed on {args}: {done.stderr.strip()[-2000:]}")
@@ -127,7 +126,7 @@ def row(name: str, root: Path, venv_dir: Path) -> tuple[list[str], bool]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", type=Path, help="a dataset python -m training.collect wrote")
-    parser.add_argument("--lerobot", type=Path, required=True, help="the DIR given to ../shared/lerobot-venv/setup.sh")
+    parser.add_argument("--lerobot", type=Path, required=True, help="the DIR given to scripts/lerobot/setup.sh")
     parser.add_argument("--work", type=Path, required=True, help="where the derived datasets go (replaced)")
     args = parser.parse_args(argv)
     shutil.rmtree(args.work, ignore_errors=True)

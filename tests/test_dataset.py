@@ -601,7 +601,7 @@ def test_files_rotate_by_size_as_lerobot_does(tmp_path):
 def test_normalization_matches_lerobots_on_degenerate_statistics(normalizer_cls, mode):
     """A constant dimension (std 0, min == max, q01 == q99: a gripper that never moves) and a tiny range
     normalise as LeRobot 0.4.4's NormalizerProcessorStep does (its outputs, from
-    `scripts/lerobot_side.py normalize` run in LeRobot's venv). The constant value maps to -1 under
+    `scripts/lerobot/side.py normalize` run in LeRobot's venv). The constant value maps to -1 under
     min_max and quantiles, as in LeRobot, not to 0."""
     reference = json.loads((Path(__file__).parent / "fixtures/lerobot_normalization.json").read_text())
     norm = normalizer_cls.from_stats(reference["stats"], mode)

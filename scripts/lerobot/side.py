@@ -1,6 +1,6 @@
-"""Read a dataset with the real LeRobot (runs in the venv ../shared/lerobot-venv/setup.sh builds, never
-in ours; it imports nothing of wam_gym). Driven by scripts/lerobot_crosscheck.py, which compares what
-it prints with our own reader.
+"""The real LeRobot 0.4.4 on our datasets and statistics. Runs in the venv scripts/lerobot/setup.sh builds
+(with this folder on PYTHONPATH and LEROBOT_VENV_DIR set), never in ours, and imports nothing of wam_gym.
+Driven by scripts/lerobot_crosscheck.py, which compares what it prints with our own reader.
 
     read ROOT        every item through lerobot.datasets.lerobot_dataset.LeRobotDataset (pyav backend):
                      prints JSON {items, timestamp_errors, first_error, digests: {camera: [sha1 per item]}}
@@ -8,7 +8,8 @@ it prints with our own reader.
     convert-v21 ROOT        LeRobot's own v2.1 -> v3.0 converter, in place (it keeps ROOT_old beside it)
     normalize        LeRobot's NormalizerProcessorStep on statistics with degenerate dimensions (a constant
                      one: zero std, min == max, q01 == q99), in each mode: prints the fixture
-                     tests/fixtures/lerobot_normalization.json
+                     tests/fixtures/lerobot_normalization.json:
+                     PYTHONPATH=scripts/lerobot LEROBOT_VENV_DIR=DIR DIR/venv/bin/python scripts/lerobot/side.py normalize
 """
 
 from __future__ import annotations
