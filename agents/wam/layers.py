@@ -31,6 +31,11 @@ class LayerContext:
     backend: str  # resolved attention backend
     # Cross-attention K/V of the (static) text, per (expert, layer); None recomputes every call.
     cross_kv: dict | None = None
+    # Which of the joined (video, action) tokens may attend to which, SDPA's bool convention;
+    # None: all to all. FastWAM's block mask goes here (agents/wam/fastwam/mask.py).
+    attn_mask: torch.Tensor | None = None
+    # RoPE (cos, sin) of the action tokens; None: they carry no positions (our MoT embeds them).
+    action_rotary: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def _cross_kv(block: nn.Module, text: torch.Tensor, cache: dict | None, key) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,7 +47,7 @@ def _cross_kv(block: nn.Module, text: torch.Tensor, cache: dict | None, key) -> 
     return kv
 
 
-def _cross_and_ffn(block, x, mods, text, ctx: LayerContext, key) -> torch.Tensor:
+def cross_and_ffn(block, x, mods, text, ctx: LayerContext, key) -> torch.Tensor:
     """Per-expert second half of a layer: text cross-attention, then the gated feed-forward."""
     k, v = _cross_kv(block, text, ctx.cross_kv, key)
     out = attention(wan.cross_attention_query(block, x), k, v, ctx.backend)
@@ -65,13 +70,13 @@ def mot_layer(
     if xa is None:
         ov = attention(qv, kv, vv, ctx.backend).flatten(2)
         xv = wan.finish_self_attention(video_block, xv, ov, mv)
-        return _cross_and_ffn(video_block, xv, mv, ctx.video_text, ctx, ("video", index)), None
+        return cross_and_ffn(video_block, xv, mv, ctx.video_text, ctx, ("video", index)), None
     ma = wan.block_modulation(action_block, ctx.action_mod)
-    qa, ka, va = wan.self_attention_qkv(action_block, xa, ma)
-    joint = attention(torch.cat([qv, qa], 1), torch.cat([kv, ka], 1), torch.cat([vv, va], 1), ctx.backend)
+    qa, ka, va = wan.self_attention_qkv(action_block, xa, ma, ctx.action_rotary)
+    joint = attention(torch.cat([qv, qa], 1), torch.cat([kv, ka], 1), torch.cat([vv, va], 1), ctx.backend, ctx.attn_mask)
     ov, oa = joint.flatten(2).split([xv.shape[1], xa.shape[1]], dim=1)
     xv = wan.finish_self_attention(video_block, xv, ov, mv)
     xa = wan.finish_self_attention(action_block, xa, oa, ma)
-    xv = _cross_and_ffn(video_block, xv, mv, ctx.video_text, ctx, ("video", index))
-    xa = _cross_and_ffn(action_block, xa, ma, ctx.action_text, ctx, ("action", index))
+    xv = cross_and_ffn(video_block, xv, mv, ctx.video_text, ctx, ("video", index))
+    xa = cross_and_ffn(action_block, xa, ma, ctx.action_text, ctx, ("action", index))
     return xv, xa

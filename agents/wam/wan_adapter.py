@@ -10,7 +10,8 @@ that moves or changes any of them fails that test, and this file is where to ada
 
 What is read (diffusers 0.35 - 0.42):
 
-* model: ``config.patch_size``, ``rope``, ``patch_embedding``, ``condition_embedder``
+* model: ``config.patch_size``, ``config.rope_max_seq_len``, ``rope`` (rebuilt by ``rebuild_rotary``),
+  ``patch_embedding``, ``condition_embedder``
   (``timesteps_proj``, ``time_embedder``, ``act_fn``, ``time_proj``, ``text_embedder``),
   ``blocks``, ``norm_out``, ``scale_shift_table`` (1, 2, D), ``proj_out``
 * block: ``norm1``, ``attn1``, ``norm2``, ``attn2``, ``ffn``, ``norm3``, ``scale_shift_table`` (1, 6, D)
@@ -26,7 +27,7 @@ import torch
 from diffusers import WanTransformer3DModel
 from diffusers.models.attention import FeedForward
 from diffusers.models.normalization import FP32LayerNorm
-from diffusers.models.transformers.transformer_wan import WanAttention, WanTimeTextImageEmbedding
+from diffusers.models.transformers.transformer_wan import WanAttention, WanRotaryPosEmbed, WanTimeTextImageEmbedding
 from torch import nn
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "check_video_expert",
     "cross_attention_kv",
     "cross_attention_query",
+    "embed_time_features",
     "expert_blocks",
     "finish_layer",
     "finish_self_attention",
@@ -47,6 +49,7 @@ __all__ = [
     "patch_grid",
     "patchify",
     "project_text",
+    "rebuild_rotary",
     "rotary",
     "self_attention_qkv",
     "time_embedding",
@@ -129,14 +132,28 @@ def rotary(transformer: WanTransformer3DModel, latents: torch.Tensor) -> tuple[t
     return transformer.rope(latents)
 
 
+def rebuild_rotary(transformer: WanTransformer3DModel) -> None:
+    """Compute the RoPE tables afresh: they are non-persistent buffers, so a model built on the meta
+    device and given its weights from a checkpoint (``load_state_dict(assign=True)``) has none."""
+    config = transformer.config
+    rope = WanRotaryPosEmbed(config.attention_head_dim, config.patch_size, config.rope_max_seq_len)
+    transformer.rope = rope.to(transformer.patch_embedding.weight.device)
+
+
 def time_embedding(expert: nn.Module, timesteps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """An expert's timestep embedding of ``timesteps`` (B,) or (B, L): ``temb`` (..., D) for the
     output head and the blocks' modulation (..., 6, D). The text projection, static within an
     inference call, is :func:`project_text`."""
+    features = expert.condition_embedder.timesteps_proj(timesteps.flatten())
+    return embed_time_features(expert, features.unflatten(0, timesteps.shape))
+
+
+def embed_time_features(expert: nn.Module, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`time_embedding` from sinusoidal features (..., freq_dim) the caller computed: Wan's
+    original code (and FastWAM, trained with it) computes them in float64, diffusers in float32,
+    and they differ by up to about 4e-5 (measured at freq_dim 256)."""
     embedder = expert.condition_embedder
-    proj = embedder.timesteps_proj(timesteps.flatten())
-    proj = proj.unflatten(0, timesteps.shape).to(next(embedder.time_embedder.parameters()).dtype)
-    temb = embedder.time_embedder(proj)
+    temb = embedder.time_embedder(features.to(next(embedder.time_embedder.parameters()).dtype))
     return temb, embedder.time_proj(embedder.act_fn(temb)).unflatten(-1, (6, -1))
 
 

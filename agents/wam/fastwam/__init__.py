@@ -1,0 +1,41 @@
+"""FastWAM (yuantianyuan01/FastWAM) in wam_gym: its model, schedules, inference modes and checkpoints.
+
+    from agents.wam.fastwam import from_their_checkpoint, sample_actions, their_noise
+    model = from_their_checkpoint("libero_fastwam.pt", encoders_from="/data/Wan2.2-TI2V-5B-Diffusers")
+
+Modules: ``config`` (FastWAMConfig, presets ``fastwam`` and ``fastwam_tiny``), ``model`` (FastWAM),
+``action_dit``, ``embeddings``, ``mask``, ``layers`` (action-only inference with cached video keys/values),
+``schedule``, ``sampling``, ``layout`` (their checkpoint keys <-> ours) and ``checkpoint`` (their ``.pt`` in,
+our safetensors directory out, and back). Parity with their code: tests/test_fastwam_parity.py.
+
+Names load on first use (PEP 562), so ``agents.wam.fastwam.config`` imports no model code.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_SOURCES = {
+    "agents.wam.fastwam.config": ("FastWAMConfig", "FlowScheduleConfig", "FastWAMActionConfig", "PRESETS", "preset"),
+    "agents.wam.fastwam.model": ("CallCache", "FastWAM"),
+    "agents.wam.fastwam.sampling": ("sample_actions", "sample_joint", "their_noise"),
+    "agents.wam.fastwam.checkpoint": (
+        "CheckpointMismatchError", "convert_their_checkpoint", "export_their_checkpoint", "from_their_checkpoint", "load_fastwam",
+        "load_their_state", "read_our_checkpoint", "read_their_checkpoint", "save_fastwam", "their_state",
+        "write_their_checkpoint",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

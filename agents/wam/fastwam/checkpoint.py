@@ -1,0 +1,265 @@
+"""FastWAM's released checkpoints in, ours out, and back to theirs.
+
+Their file (``torch.save``): ``{"mot": <MoT state dict>, "proprio_encoder": <state dict>, "step": int,
+"torch_dtype": "torch.bfloat16", ...}``. It is read with ``torch.load(weights_only=True)`` only, which
+unpickles tensors, containers and numbers and refuses anything else (a file that needs more is refused
+with the reason, never run). Every key is mapped through :mod:`agents.wam.fastwam.layout`; a missing,
+unexpected or mis-shaped key is an error naming it, never a partial load. (Their own loader uses
+``strict=False``.)
+
+Our checkpoint is a directory like our MoT's (:mod:`agents.wam.checkpoint`), each component in its
+library's format, safetensors only:
+
+    wam_config.json     the FastWAMConfig ("architecture": "fastwam")
+    transformer/        diffusers WanTransformer3DModel: the video expert, loadable by diffusers alone
+    action_expert/      FastWAMActionDiT
+    proprio_encoder/    ProprioEncoder
+    vae/ text_encoder/ tokenizer/   when the model carries them (save_fastwam(..., encoders=True))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from diffusers import AutoencoderKLWan
+from transformers import AutoTokenizer, UMT5EncoderModel
+
+from agents.wam import wan_adapter as wan
+from agents.wam.checkpoint import CONFIG_FILE, MissingCheckpointError, _read_json, _require_dir, _require_weights
+from agents.wam.fastwam.action_dit import FastWAMActionDiT
+from agents.wam.fastwam.config import FastWAMConfig, preset
+from agents.wam.fastwam.embeddings import ProprioEncoder
+from agents.wam.fastwam.layout import LayoutError, to_ours, to_theirs
+from agents.wam.fastwam.model import BUILDERS, FastWAM
+from agents.wam.precision import module_dtype
+from wam_gym.utils.publish import atomic_dir
+
+DENOISER = {"transformer": wan.WanTransformer3DModel, "action_expert": FastWAMActionDiT, "proprio_encoder": ProprioEncoder}
+ENCODERS = {"vae": AutoencoderKLWan, "text_encoder": UMT5EncoderModel}
+_PRECISION_GROUP = {"transformer": "backbone", "action_expert": "backbone", "proprio_encoder": "projectors",
+                    "vae": "vae", "text_encoder": "text_encoder"}
+
+
+class CheckpointMismatchError(ValueError):
+    """Their checkpoint and the model disagree on a key or a shape; the message names them all."""
+
+
+# ----------------------------------------------------------------------------- their file
+def read_their_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """Their ``.pt`` -> flat tensors in their layout (``mot.<key>``, ``proprio_encoder.<key>``), on the CPU."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise MissingCheckpointError(f"{path} is not a file; pass FastWAM's checkpoint (.pt), e.g. its LIBERO release")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise MissingCheckpointError(
+            f"{path} holds more than tensors and containers, and is not unpickled ({str(exc).splitlines()[0]}); "
+            "a FastWAM checkpoint is a dict of state dicts: re-save it with torch.save({'mot': model.mot.state_dict(), ...})"
+        ) from exc
+    except (RuntimeError, EOFError) as exc:
+        raise MissingCheckpointError(
+            f"{path} cannot be read as a torch.save file ({exc}); it is truncated or not a checkpoint"
+        ) from exc
+    if not isinstance(payload, Mapping) or "mot" not in payload:
+        found = sorted(payload) if isinstance(payload, Mapping) else type(payload).__name__
+        raise MissingCheckpointError(
+            f"{path} is not a FastWAM checkpoint: it needs a 'mot' entry (found {found}); a legacy 'dit'-only "
+            "file holds the video expert alone and is not loaded"
+        )
+    flat = {f"mot.{k}": v for k, v in payload["mot"].items()}
+    flat.update({f"proprio_encoder.{k}": v for k, v in payload.get("proprio_encoder", {}).items()})
+    return flat
+
+
+def their_state(model: FastWAM) -> dict[str, torch.Tensor]:
+    """The model's denoiser weights in their flat layout."""
+    return {to_theirs(f"{name}.{key}"): value for name in DENOISER for key, value in getattr(model, name).state_dict().items()}
+
+
+def export_their_checkpoint(model: FastWAM, path: str | Path, step: int | None = None) -> Path:
+    """Write the model's denoiser as their ``.pt``, which their ``FastWAM.load_checkpoint`` loads."""
+    return write_their_checkpoint(their_state(model), path, step)
+
+
+def write_their_checkpoint(flat: Mapping[str, torch.Tensor], path: str | Path, step: int | None = None) -> Path:
+    """Flat weights in their layout -> their ``.pt``: ``{"mot", "proprio_encoder", "step", "torch_dtype"}``."""
+    groups = {"mot": {}, "proprio_encoder": {}}
+    for key, value in flat.items():
+        group, _, inner = key.partition(".")
+        groups[group][inner] = value.detach().cpu().contiguous()
+    payload = {**groups, "step": step, "torch_dtype": str(next(iter(groups["mot"].values())).dtype)}
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)  # a crash leaves the old file or the new one, never half of one
+    return path
+
+
+# ----------------------------------------------------------------------------- mapping onto a model
+def _our_states(flat: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    states: dict[str, dict[str, torch.Tensor]] = {name: {} for name in DENOISER}
+    unknown = []
+    for key, value in flat.items():
+        try:
+            component, _, inner = to_ours(key).partition(".")
+        except LayoutError:
+            unknown.append(key)
+            continue
+        states[component][inner] = value
+    if unknown:
+        raise CheckpointMismatchError(f"{len(unknown)} key(s) of the checkpoint have no place in FastWAM: {_names(unknown)}")
+    return states
+
+
+def _names(keys: list[str], limit: int = 10) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _check(expected: Mapping[str, torch.Tensor], given: Mapping[str, torch.Tensor], component: str) -> list[str]:
+    problems = []
+    if missing := sorted(set(expected) - set(given)):
+        problems.append(f"missing {_names([to_theirs(f'{component}.{k}') for k in missing])}")
+    if unexpected := sorted(set(given) - set(expected)):
+        problems.append(f"unexpected {_names([to_theirs(f'{component}.{k}') for k in unexpected])}")
+    wrong = [f"{to_theirs(f'{component}.{k}')} is {tuple(given[k].shape)}, the model needs {tuple(v.shape)}"
+             for k, v in expected.items() if k in given and given[k].shape != v.shape]
+    if wrong:
+        problems.append("shape " + "; ".join(wrong[:10]))
+    return problems
+
+
+def load_their_state(model: FastWAM, flat: Mapping[str, torch.Tensor]) -> FastWAM:
+    """Load their flat weights into the model's denoiser, every key or none."""
+    _load_denoiser({name: getattr(model, name) for name in DENOISER}, flat, model.config.preset)
+    return model
+
+
+def _load_denoiser(components: Mapping[str, torch.nn.Module], flat: Mapping[str, torch.Tensor], what: str) -> None:
+    """Map and load every key; components built on the meta device get the tensors themselves (no second
+    copy, in their dtype if they were cast to it), and the Wan RoPE tables are then built afresh."""
+    states = _our_states(flat)
+    problems = []
+    for name, module in components.items():
+        problems += [f"{name}: {p}" for p in _check(module.state_dict(), states[name], name)]
+    if problems:
+        raise CheckpointMismatchError(f"the checkpoint does not fit {what}: " + " | ".join(problems))
+    for name, module in components.items():
+        expected = module.state_dict()
+        on_meta = any(p.is_meta for p in module.parameters())
+        module.load_state_dict({k: v.to(expected[k].dtype) for k, v in states[name].items()}, strict=True, assign=on_meta)
+    transformer = components["transformer"]
+    if any(b.is_meta for b in transformer.buffers()):
+        wan.rebuild_rotary(transformer)  # non-persistent: no checkpoint holds them
+
+
+def _denoiser_on_meta(config: FastWAMConfig, dtype: torch.dtype | None = None) -> dict[str, torch.nn.Module]:
+    """The denoiser's components without memory (their weights will be a checkpoint's tensors)."""
+    with torch.device("meta"):
+        components = {name: build(config) for name, build in BUILDERS.items()}
+    return components if dtype is None else {name: module.to(dtype) for name, module in components.items()}
+
+
+ACTION_IN, PROPRIO_IN = "mot.mixtures.action.action_encoder.weight", "proprio_encoder.weight"
+
+
+def fit_config(flat: Mapping[str, torch.Tensor], config: FastWAMConfig) -> FastWAMConfig:
+    """``config`` with the action and proprio sizes the checkpoint was trained with (LIBERO: 7 and 8)."""
+    if missing := [key for key in (ACTION_IN, PROPRIO_IN) if key not in flat]:
+        raise CheckpointMismatchError(f"the checkpoint lacks {', '.join(missing)}")
+    return dataclasses.replace(config, action_dim=flat[ACTION_IN].shape[1], state_dim=flat[PROPRIO_IN].shape[1])
+
+
+def from_their_checkpoint(
+    path: str | Path, config: FastWAMConfig | None = None, encoders_from: str | Path | None = None
+) -> FastWAM:
+    """A FastWAM with their checkpoint's weights. ``config`` defaults to the ``fastwam`` preset; its
+    action and proprio sizes come from the checkpoint. The VAE, UMT5 and tokenizer (not in their file)
+    come from ``encoders_from``, a local diffusers folder of Wan2.2-TI2V-5B (its ``vae/``,
+    ``text_encoder/``, ``tokenizer/``), else they are built with random weights."""
+    flat = read_their_checkpoint(path)
+    config = fit_config(flat, config or preset("fastwam"))
+    encoders = {} if encoders_from is None else _load_encoders(Path(encoders_from).expanduser(), config)
+    denoiser = _denoiser_on_meta(config)
+    _load_denoiser(denoiser, flat, config.preset)
+    return FastWAM(config, **denoiser, **encoders)
+
+
+def convert_their_checkpoint(path: str | Path, directory: str | Path, config: FastWAMConfig | None = None) -> Path:
+    """Their ``.pt`` -> our checkpoint directory (wam_config.json, transformer/, action_expert/,
+    proprio_encoder/; safetensors, in the checkpoint's own dtype). The VAE, UMT5 and tokenizer are not in
+    their file: :func:`load_fastwam` takes them from a Wan2.2-TI2V-5B diffusers folder."""
+    flat = read_their_checkpoint(path)
+    config = fit_config(flat, config or preset("fastwam"))
+    denoiser = _denoiser_on_meta(config, dtype=next(iter(flat.values())).dtype)
+    _load_denoiser(denoiser, flat, config.preset)
+    target = Path(directory)
+    with atomic_dir(target) as staging:
+        for name, module in denoiser.items():
+            module.save_pretrained(str(staging / name), safe_serialization=True)
+        config.save(staging / CONFIG_FILE)
+    return target
+
+
+def _load_encoders(root: Path, config: FastWAMConfig) -> dict:
+    _require_dir(root, "encoders_from", "pass a local diffusers folder of Wan2.2-TI2V-5B (vae/, text_encoder/, tokenizer/)")
+    parts = {name: _load(name, root / name, config) for name in ENCODERS}
+    parts["tokenizer"] = AutoTokenizer.from_pretrained(str(root / "tokenizer"), local_files_only=True)
+    return parts
+
+
+# ----------------------------------------------------------------------------- our directory
+def save_fastwam(model: FastWAM, directory: str | Path, encoders: bool = False) -> Path:
+    """Write our checkpoint directory atomically (safetensors); ``encoders``: with the VAE, UMT5 and tokenizer."""
+    target = Path(directory)
+    with atomic_dir(target) as staging:
+        for name in (*DENOISER, *(ENCODERS if encoders else ())):
+            getattr(model, name).save_pretrained(str(staging / name), safe_serialization=True)
+        if encoders:
+            model.tokenizer.save_pretrained(str(staging / "tokenizer"))
+        model.config.save(staging / CONFIG_FILE)
+    return target
+
+
+def _our_config(root: Path) -> FastWAMConfig:
+    _require_dir(root, "FastWAM checkpoint", "convert one with scripts/convert_fastwam_checkpoint.py")
+    data = _read_json(root / CONFIG_FILE) if (root / CONFIG_FILE).is_file() else {}
+    if data.get("architecture") != "fastwam":
+        raise MissingCheckpointError(f"{root} has no {CONFIG_FILE} of a FastWAM (\"architecture\": \"fastwam\"); "
+                                     "convert their checkpoint with scripts/convert_fastwam_checkpoint.py")
+    return FastWAMConfig.from_dict(data)
+
+
+def read_our_checkpoint(directory: str | Path) -> dict[str, torch.Tensor]:
+    """Our directory's denoiser weights in their flat layout (no encoders are built)."""
+    root = Path(directory).expanduser()
+    config = _our_config(root)
+    return {to_theirs(f"{name}.{key}"): value for name in DENOISER
+            for key, value in _load(name, root / name, config).state_dict().items()}
+
+
+def load_fastwam(directory: str | Path, encoders_from: str | Path | None = None) -> FastWAM:
+    """Load what :func:`save_fastwam` wrote. Encoders: the directory's own, else ``encoders_from``'s
+    (a Wan2.2-TI2V-5B diffusers folder), else random weights."""
+    root = Path(directory).expanduser()
+    config = _our_config(root)
+    parts = {name: _load(name, root / name, config) for name in DENOISER}
+    source = root if (root / "vae").is_dir() else (Path(encoders_from).expanduser() if encoders_from else None)
+    if source is not None:
+        parts.update(_load_encoders(source, config))
+    return FastWAM(config, **parts)
+
+
+def _load(name: str, folder: Path, config: FastWAMConfig) -> torch.nn.Module:
+    _require_weights(folder, folder.parent)
+    dtype = module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[name]))
+    try:
+        return {**DENOISER, **ENCODERS}[name].from_pretrained(
+            str(folder), torch_dtype=dtype, local_files_only=True, use_safetensors=True)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise MissingCheckpointError(f"{folder} cannot be loaded ({exc}); re-convert or copy the checkpoint again") from exc

@@ -1,0 +1,156 @@
+"""Configuration of FastWAM (yuantianyuan01/FastWAM) in wam_gym, and its presets.
+
+FastWAM is a Mixture-of-Transformers like our MoT, with its own rules (see :mod:`agents.wam.fastwam`):
+the video expert is a Wan2.2-TI2V-5B transformer (diffusers' ``WanTransformer3DModel``, configured by the
+same :class:`~agents.wam.config.BackboneConfig` as our MoT), the action expert an action DiT of its own
+width, the proprio state one more token of the text context, and each modality its own flow schedule.
+
+Presets:
+    ``fastwam``       the released LIBERO model: 30 layers of 24 x 128 heads, video 3072 wide (ffn 14336,
+                      48 latent channels), action DiT 1024 wide (ffn 4096); 128 text tokens + 1 proprio
+                      token; 2 cameras of 224 x 224 side by side; 33 frames; 32 actions of 7; proprio 8;
+                      shift 5 for video and actions. Their evaluation runs 10 denoising steps.
+    ``fastwam_tiny``  the same layout at 2 layers, 2 heads of 32, random weights: the size of the parity
+                      fixture made with their code (tests/fixtures/fastwam, scripts/fastwam_reference.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.wam.config import VIDEO_MODES, BackboneConfig, TextEncoderConfig, VAEConfig, _tuples
+from agents.wam.precision import PrecisionConfig
+
+
+@dataclass
+class FlowScheduleConfig:
+    """One modality's flow-matching schedule (their ``WanContinuousFlowMatchScheduler``): noise level
+    ``sigma = s u / (1 + (s - 1) u)`` for ``u`` uniform (training) or ``u = 1, 1 - 1/N, ..., 0``
+    (N inference steps, Euler), timestep = sigma x ``num_train_timesteps``."""
+
+    train_shift: float = 5.0  # shift s of the training noise levels
+    infer_shift: float = 5.0  # shift s of the inference grid
+    num_train_timesteps: int = 1000  # timestep = sigma x this
+
+    def __post_init__(self) -> None:
+        if not (self.train_shift > 0 and self.infer_shift > 0):
+            raise ValueError(f"shifts must be > 0, got train_shift={self.train_shift}, infer_shift={self.infer_shift}")
+        if self.num_train_timesteps < 1:
+            raise ValueError(f"num_train_timesteps must be >= 1, got {self.num_train_timesteps}")
+
+
+@dataclass
+class FastWAMActionConfig:
+    """The action DiT. Its heads and head size are the video expert's (the two share one attention);
+    its width, feed-forward and timestep features are its own."""
+
+    dim: int = 48  # width of the action tokens
+    ffn_dim: int = 96  # feed-forward hidden width
+    freq_dim: int = 16  # sinusoidal timestep features
+    eps: float = 1e-6  # of the norms
+    max_positions: int = 1024  # positions its 1-D RoPE covers (their table's length)
+
+
+@dataclass
+class FastWAMConfig:
+    """Everything that fixes a FastWAM's weights and input geometry."""
+
+    preset: str = "fastwam_tiny"  # the preset this config started from
+    backbone: BackboneConfig = field(default_factory=lambda: BackboneConfig(
+        num_attention_heads=2, attention_head_dim=32, in_channels=6, out_channels=6, text_dim=32, freq_dim=32,
+        ffn_dim=128, num_layers=2,
+    ))  # the video expert (diffusers WanTransformer3DModel keyword arguments)
+    action_expert: FastWAMActionConfig = field(default_factory=FastWAMActionConfig)
+    vae: VAEConfig = field(default_factory=lambda: VAEConfig(z_dim=6))  # pixels <-> latents
+    text_encoder: TextEncoderConfig = field(default_factory=lambda: TextEncoderConfig(max_length=10))
+    encoder_mode: PrecisionConfig = field(default_factory=PrecisionConfig)  # per-module precision
+    video_schedule: FlowScheduleConfig = field(default_factory=FlowScheduleConfig)
+    action_schedule: FlowScheduleConfig = field(default_factory=lambda: FlowScheduleConfig(3.0, 3.0))
+    cameras: tuple[str, ...] = ("agentview", "robot0_eye_in_hand")  # observation cameras, side by side
+    image_size: tuple[int, int] = (32, 32)  # per camera (H, W)
+    state_dim: int = 8  # proprio size: one linear map makes it a text-context token
+    action_dim: int = 7  # action size
+    action_horizon: int = 8  # actions per chunk
+    num_future_frames: int = 8  # predicted pixel frames after the current one (4 per latent frame)
+    video_mode: str = "action_only"  # action_only: their infer_action (video K/V once per call); joint: infer_joint
+
+    def __post_init__(self) -> None:
+        if self.video_mode not in VIDEO_MODES:
+            raise ValueError(f"video_mode={self.video_mode!r}: choose one of {VIDEO_MODES}")
+        self.vae.check_future_frames(self.num_future_frames, "num_future_frames")
+
+    @property
+    def text_tokens(self) -> int:
+        """Length of the text context the experts attend to: the instruction's tokens, then the proprio token."""
+        return self.text_encoder.max_length + 1
+
+    @property
+    def latent_frames(self) -> int:
+        return 1 + self.num_future_frames // self.vae.scale_factor_temporal
+
+    @property
+    def latent_size(self) -> tuple[int, int]:
+        h, w = self.image_size
+        s = self.vae.scale_factor_spatial
+        return h // s, w * len(self.cameras) // s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"architecture": "fastwam", **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FastWAMConfig:
+        groups = {
+            "backbone": BackboneConfig, "action_expert": FastWAMActionConfig, "vae": VAEConfig,
+            "text_encoder": TextEncoderConfig, "encoder_mode": PrecisionConfig,
+            "video_schedule": FlowScheduleConfig, "action_schedule": FlowScheduleConfig,
+        }
+        kwargs = {k: v for k, v in data.items() if k != "architecture"}
+        for name, group in groups.items():
+            if name in kwargs:
+                kwargs[name] = _tuples(group, kwargs[name])
+        return _tuples(cls, kwargs, nested=groups)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> FastWAMConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _fastwam() -> FastWAMConfig:
+    # Their configs/model/fastwam.yaml with configs/data/libero_2cam.yaml's sizes.
+    return FastWAMConfig(
+        preset="fastwam",
+        backbone=BackboneConfig(
+            num_attention_heads=24, attention_head_dim=128, in_channels=48, out_channels=48, text_dim=4096,
+            freq_dim=256, ffn_dim=14336, num_layers=30,
+        ),
+        action_expert=FastWAMActionConfig(dim=1024, ffn_dim=4096, freq_dim=256),
+        # Wan2.2's VAE: 48 channels, 16x spatial (2x2 patchify inside), 4x temporal.
+        vae=VAEConfig(
+            base_dim=160, z_dim=48, dim_mult=(1, 2, 4, 4), num_res_blocks=2, temperal_downsample=(False, True, True),
+            is_residual=True, patch_size=2, in_channels=12, out_channels=12, scale_factor_spatial=16,
+        ),
+        # UMT5-XXL's encoder; their LIBERO config truncates instructions to 128 tokens.
+        text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=128),
+        encoder_mode=PrecisionConfig.uniform("bf16_full"),
+        action_schedule=FlowScheduleConfig(),
+        image_size=(224, 224),
+        action_horizon=32,
+        num_future_frames=32,
+    )
+
+
+PRESETS = {"fastwam": _fastwam, "fastwam_tiny": FastWAMConfig}
+
+
+def preset(name: str, **overrides: Any) -> FastWAMConfig:
+    """The named FastWAM preset's config, with top-level fields replaced by ``overrides``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown FastWAM preset {name!r}; choose one of {sorted(PRESETS)}")
+    return dataclasses.replace(PRESETS[name](), **overrides)

@@ -1,0 +1,257 @@
+"""Regenerate tests/fixtures/fastwam/ with FastWAM's own code (yuantianyuan01/FastWAM).
+
+This script runs in a scratch venv OUTSIDE the project and imports FastWAM's code, never ours:
+
+    python3 -m venv /tmp/fastwam-venv
+    /tmp/fastwam-venv/bin/pip install torch==2.13.0
+    /tmp/fastwam-venv/bin/pip install einops safetensors transformers pillow imageio rich tqdm numpy
+    # a checkout of their repository (any way you like; e.g. git archive HEAD src | tar -x -C /tmp/fastwam)
+    /tmp/fastwam-venv/bin/python scripts/fastwam_reference.py --repo /tmp/fastwam --commit <their sha>
+
+It builds their model at a tiny size (2 layers, 2 heads of head dim 32; the video expert 64 wide,
+the action DiT 48 wide, so the action expert's width differs from its attention width as in the
+release) with seeded random weights, in fp32 on the CPU, and writes:
+
+    weights.safetensors   the weights in THEIR checkpoint layout: ``mot.<their MoT key>`` and
+                          ``proprio_encoder.<key>`` (their release is a torch.save dict with exactly
+                          these two state dicts; the test rebuilds that .pt from these numbers)
+    io.safetensors        inputs and their outputs: one joint denoiser call (batch 2), one
+                          action-only call, and their seeded inference (action-only and joint) after
+                          1 and after 4 denoising steps, with the noise their seed draws
+    config.json           the tiny configuration, schedules, seed, their commit
+    full_size.json        their released LIBERO model's key list with shapes and parameter counts,
+                          built on the meta device (nothing allocated)
+
+Their VAE is not run: a stub returns the stored first-frame latents and hands the denoised latents
+back unchanged, so every number here is their DiT, MoT, schedules and samplers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+TINY_VIDEO = dict(
+    hidden_dim=64, in_dim=6, out_dim=6, ffn_dim=128, text_dim=32, freq_dim=32, eps=1e-6, patch_size=(1, 2, 2),
+    num_heads=2, attn_head_dim=32, num_layers=2, has_image_input=False, seperated_timestep=True,
+    require_vae_embedding=False, require_clip_embedding=False, fuse_vae_embedding_in_latents=True,
+    video_attention_mask_mode="first_frame_causal", action_conditioned=False,
+)
+TINY_ACTION = dict(hidden_dim=48, action_dim=7, ffn_dim=96, text_dim=32, freq_dim=16, eps=1e-6,
+                   num_heads=2, attn_head_dim=32, num_layers=2)
+# Their configs/model/fastwam.yaml with LIBERO's data sizes (action 7, proprio 8).
+FULL_VIDEO = dict(
+    hidden_dim=3072, in_dim=48, out_dim=48, ffn_dim=14336, text_dim=4096, freq_dim=256, eps=1e-6,
+    patch_size=(1, 2, 2), num_heads=24, attn_head_dim=128, num_layers=30, has_image_input=False,
+    seperated_timestep=True, require_vae_embedding=False, require_clip_embedding=False,
+    fuse_vae_embedding_in_latents=True, video_attention_mask_mode="first_frame_causal", action_conditioned=False,
+)
+FULL_ACTION = dict(hidden_dim=1024, action_dim=7, ffn_dim=4096, text_dim=4096, freq_dim=256, eps=1e-6,
+                   num_heads=24, attn_head_dim=128, num_layers=30)
+FULL_PROPRIO = 8
+
+PROPRIO_DIM = 8
+TEXT_TOKENS = 10  # text positions; the proprio token makes 11
+LATENT = (6, 3, 4, 8)  # channels, latent frames (first + 2 future), height, width
+ACTION_HORIZON = 8
+VIDEO_SHIFT, ACTION_SHIFT = 5.0, 3.0  # different, so a test sees each modality keep its own schedule
+SEED = 1234
+STEPS = (1, 4)
+
+
+def _import_theirs(repo: Path):
+    sys.path.insert(0, str(repo / "src"))
+    from fastwam.models.wan22.action_dit import ActionDiT
+    from fastwam.models.wan22.fastwam import FastWAM
+    from fastwam.models.wan22.mot import MoT
+    from fastwam.models.wan22.wan_video_dit import WanVideoDiT
+
+    return WanVideoDiT, ActionDiT, MoT, FastWAM
+
+
+class _StubVAE(torch.nn.Module):
+    """What FastWAM reads of its VAE, without one: the test feeds latents directly."""
+
+    temporal_downsample_factor = 4
+    upsampling_factor = 16
+
+    def __init__(self, z_dim: int):
+        super().__init__()
+        self.model = types.SimpleNamespace(z_dim=z_dim)
+
+
+def _latent_io_model(FastWAM):
+    class LatentIO(FastWAM):
+        """Their FastWAM with the VAE taken out: encoding returns the given first-frame latents,
+        decoding returns the latents unchanged. Every other line that runs is theirs."""
+
+        first_frame: torch.Tensor
+
+        def _encode_input_image_latents_tensor(self, input_image, **_):
+            return self.first_frame.clone()
+
+        def _decode_latents(self, latents, **_):
+            return latents.detach().clone()
+
+    return LatentIO
+
+
+def _perturb(module: torch.nn.Module, generator: torch.Generator) -> None:
+    # Norm weights start at one and biases at zero; moving them makes every weight show in the
+    # outputs, so a key mapped onto the wrong parameter cannot pass unnoticed.
+    with torch.no_grad():
+        for param in module.parameters():
+            if param.ndim == 1:
+                param.add_(0.1 * torch.randn(param.shape, generator=generator))
+
+
+def build_tiny(repo: Path):
+    WanVideoDiT, ActionDiT, MoT, FastWAM = _import_theirs(repo)
+    torch.manual_seed(0)
+    video, action = WanVideoDiT(**TINY_VIDEO), ActionDiT(**TINY_ACTION)
+    mot = MoT(mixtures={"video": video, "action": action}, mot_checkpoint_mixed_attn=False)
+    model = _latent_io_model(FastWAM)(
+        video_expert=video, action_expert=action, mot=mot, vae=_StubVAE(LATENT[0]), text_dim=TINY_VIDEO["text_dim"],
+        proprio_dim=PROPRIO_DIM, device="cpu", torch_dtype=torch.float32,
+        video_train_shift=VIDEO_SHIFT, video_infer_shift=VIDEO_SHIFT,
+        action_train_shift=ACTION_SHIFT, action_infer_shift=ACTION_SHIFT,
+    )
+    generator = torch.Generator().manual_seed(1)
+    _perturb(model.mot, generator)
+    _perturb(model.proprio_encoder, generator)
+    return model.eval()
+
+
+def _text(batch: int, lengths: list[int], generator: torch.Generator) -> torch.Tensor:
+    # What their encode_prompt hands on: padding positions zeroed (the mask is then all ones).
+    text = torch.randn(batch, TEXT_TOKENS, TINY_VIDEO["text_dim"], generator=generator)
+    for row, length in enumerate(lengths):
+        text[row, length:] = 0
+    return text
+
+
+def denoiser_calls(model, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """One joint call and one action-only call of their denoiser, batch 2, per-row timesteps."""
+    c, f, h, w = LATENT
+    io = {
+        "call.latents": torch.randn(2, c, f, h, w, generator=generator),
+        "call.timestep_video": torch.tensor([700.5, 250.25]),
+        "call.actions": torch.randn(2, ACTION_HORIZON, TINY_ACTION["action_dim"], generator=generator),
+        "call.timestep_action": torch.tensor([900.0, 100.0]),
+        "call.text": _text(2, [6, 9], generator),
+        "call.proprio": torch.randn(2, PROPRIO_DIM, generator=generator),
+    }
+    context, mask = model._append_proprio_to_context(
+        io["call.text"], torch.ones(2, TEXT_TOKENS, dtype=torch.bool), io["call.proprio"]
+    )
+    with torch.no_grad():
+        video_v, action_v = model._predict_joint_noise(
+            latents_video=io["call.latents"], latents_action=io["call.actions"],
+            timestep_video=io["call.timestep_video"], timestep_action=io["call.timestep_action"],
+            context=context, context_mask=mask, fuse_vae_embedding_in_latents=True,
+        )
+        action_only_v = model._predict_action_noise(
+            first_frame_latents=io["call.latents"][:, :, :1], latents_action=io["call.actions"],
+            timestep_action=io["call.timestep_action"], context=context, context_mask=mask,
+            fuse_vae_embedding_in_latents=True,
+        )
+    io.update({"call.context": context, "call.video_velocity": video_v, "call.action_velocity": action_v,
+               "call.action_only_velocity": action_only_v})
+    return io
+
+
+def inference(model, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Their seeded inference, action-only and joint, after each of STEPS denoising steps."""
+    c, f, h, w = LATENT
+    io = {
+        "infer.first_frame": torch.randn(1, c, 1, h, w, generator=generator),
+        "infer.text": _text(1, [7], generator),
+        "infer.proprio": torch.randn(1, PROPRIO_DIM, generator=generator),
+    }
+    model.first_frame = io["infer.first_frame"]
+    # The noise their seed draws (fastwam.py: one generator per modality, each seeded with `seed`).
+    io["infer.video_noise"] = torch.randn(1, c, f, h, w, generator=torch.Generator().manual_seed(SEED))
+    io["infer.action_noise"] = torch.randn(
+        1, ACTION_HORIZON, TINY_ACTION["action_dim"], generator=torch.Generator().manual_seed(SEED)
+    )
+    image = torch.zeros(1, 3, h * _StubVAE.upsampling_factor, w * _StubVAE.upsampling_factor)
+    common = dict(prompt=None, input_image=image, action_horizon=ACTION_HORIZON, proprio=io["infer.proprio"][0],
+                  context=io["infer.text"], context_mask=torch.ones(1, TEXT_TOKENS, dtype=torch.bool), seed=SEED)
+    frames = 1 + (f - 1) * _StubVAE.temporal_downsample_factor
+    for steps in STEPS:
+        io[f"infer.action_only.{steps}"] = model.infer_action(num_inference_steps=steps, **common)["action"]
+        joint = model.infer_joint(num_video_frames=frames, num_inference_steps=steps, **common)
+        io[f"infer.joint.action.{steps}"], io[f"infer.joint.video.{steps}"] = joint["action"], joint["video"]
+    return io
+
+
+def schedules(model) -> dict[str, torch.Tensor]:
+    """Their inference grids (timesteps, deltas) and training-loss weights, per modality."""
+    out = {}
+    for name, train, infer in (("video", model.train_video_scheduler, model.infer_video_scheduler),
+                               ("action", model.train_action_scheduler, model.infer_action_scheduler)):
+        for steps in (*STEPS, 10):
+            t, d = infer.build_inference_schedule(steps, torch.device("cpu"), torch.float32)
+            out[f"schedule.{name}.timesteps.{steps}"], out[f"schedule.{name}.deltas.{steps}"] = t, d
+        grid = torch.linspace(0.0, 1000.0, 21)
+        out["schedule.training_timesteps"] = grid
+        out[f"schedule.{name}.training_weight"] = train.training_weight(grid)
+    return out
+
+
+def full_size(repo: Path) -> dict:
+    """Their released LIBERO model's checkpoint keys and shapes, built on the meta device."""
+    WanVideoDiT, ActionDiT, MoT, _ = _import_theirs(repo)
+    with torch.device("meta"):
+        mot = MoT(mixtures={"video": WanVideoDiT(**FULL_VIDEO), "action": ActionDiT(**FULL_ACTION)},
+                  mot_checkpoint_mixed_attn=True)
+        proprio = torch.nn.Linear(FULL_PROPRIO, FULL_VIDEO["text_dim"])
+    groups = {"mot": mot, "proprio_encoder": proprio}
+    return {
+        "keys": {group: {k: list(v.shape) for k, v in m.state_dict().items()} for group, m in groups.items()},
+        "parameters": {group: sum(p.numel() for p in m.parameters()) for group, m in groups.items()},
+        "video_dit_config": {**FULL_VIDEO, "patch_size": list(FULL_VIDEO["patch_size"])},
+        "action_dit_config": FULL_ACTION,
+        "proprio_dim": FULL_PROPRIO,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repo", type=Path, required=True, help="a checkout of yuantianyuan01/FastWAM (its src/ is imported)")
+    parser.add_argument("--commit", default="unknown", help="their commit, recorded in config.json")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "tests/fixtures/fastwam")
+    args = parser.parse_args()
+    from safetensors.torch import save_file
+
+    torch.use_deterministic_algorithms(True)
+    model = build_tiny(args.repo)
+    generator = torch.Generator().manual_seed(2)
+    io = {**denoiser_calls(model, generator), **inference(model, generator), **schedules(model)}
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    weights = {f"mot.{k}": v for k, v in model.mot.state_dict().items()}
+    weights.update({f"proprio_encoder.{k}": v for k, v in model.proprio_encoder.state_dict().items()})
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(args.out / "weights.safetensors"))
+    save_file({k: v.float().contiguous() for k, v in io.items()}, str(args.out / "io.safetensors"))
+    config = {
+        "their_repository": "yuantianyuan01/FastWAM", "their_commit": args.commit, "torch": torch.__version__,
+        "dtype": "float32", "device": "cpu",
+        "video_dit_config": {**TINY_VIDEO, "patch_size": list(TINY_VIDEO["patch_size"])},
+        "action_dit_config": TINY_ACTION, "proprio_dim": PROPRIO_DIM, "text_tokens": TEXT_TOKENS,
+        "latent_shape": list(LATENT), "action_horizon": ACTION_HORIZON,
+        "video_shift": VIDEO_SHIFT, "action_shift": ACTION_SHIFT, "num_train_timesteps": 1000,
+        "seed": SEED, "steps": list(STEPS),
+    }
+    (args.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (args.out / "full_size.json").write_text(json.dumps(full_size(args.repo), indent=1) + "\n")
+    print(f"wrote {args.out}: {len(weights)} weights, {len(io)} tensors of inputs and outputs")
+
+
+if __name__ == "__main__":
+    main()
