@@ -576,6 +576,16 @@ def _edit_info(root: Path, **changes) -> None:
     (root / "meta/info.json").write_text(json.dumps({**info, **changes}))
 
 
+def convert_into_a_busy_destination(ctx: Ctx):
+    """A second convert while another writer (held here, as another process would) publishes the destination."""
+    from training.data.lerobot.convert import convert
+    from wam_gym.utils.publish import writer_lock
+
+    ctx.held_lock = writer_lock(ctx.tmp / "dst")
+    ctx.held_lock.__enter__()
+    convert(ctx.shared.dataset, ctx.tmp / "dst")
+
+
 def drifting_dataset(ctx: Ctx):
     """The shared dataset (20 fps) with episode 1's frames of one camera 30 ms early: a timeline that drifts."""
     from tests.test_timeline import drift
@@ -601,6 +611,7 @@ def cases() -> list[Case]:
     from wam_gym.broker import BrokerConfig, BrokerError
     from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
     from wam_gym.keymap import ObservationError
+    from wam_gym.utils.publish import TargetBusyError
     from wam_gym.wire import WireError
 
     f32 = np.float32
@@ -752,7 +763,7 @@ def cases() -> list[Case]:
              r"holds episodes run with other settings: EVALUATION\.seed was 7, now 8\..*use a new EVALUATION\.output_dir, "
              r"or set EVALUATION\.allow_resume_mismatch=true"),
         Case("eval-output-dir-busy", eval_rerun(hold_lock), OutputDirBusy,
-             r"is in use by another evaluation \(pid \d+ on \S+, since \S+\): wait for it to finish, or use another "
+             r"is in use by another evaluation \(pid \d+ on \S+, since \S+: .*\): wait for it to finish, or use another "
              r"EVALUATION\.output_dir"),
         Case("eval-disk-full", eval_rerun(eval_disk_full), EvalError,
              r"no space left on the device writing \S+/results\.json \(every record written before is kept\); free "
@@ -858,6 +869,9 @@ def cases() -> list[Case]:
         Case("dataset-path-outside", damaged_dataset(lambda r: _edit_info(r, data_path="../{chunk_index}/{file_index}.parquet")),
              DatasetError, r"meta/info\.json's data_path '\.\./{chunk_index}/{file_index}\.parquet' names '\.\./0/0\.parquet', "
                            r"which is outside the dataset; a dataset's files must lie under its root"),
+        Case("dataset-convert-busy", convert_into_a_busy_destination, TargetBusyError,
+             r"dst is being written by another writer \(pid \d+ on \S+, since \S+: .*\); wait for it to finish or stop "
+             r"it, or write to another path"),
         Case("dataset-video-timeline-drift", drifting_dataset, DatasetError,
              r"file-000\.mp4: episode 1 frame 0 \(frame 4 of the file\) should be at 0\.2000 s, the video has 0\.2200 s "
              r"there: its timeline drifts .*repair the dataset with: python -m training\.datasets convert \S+ \S+-exact"),

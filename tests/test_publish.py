@@ -158,3 +158,88 @@ def test_a_kill_anywhere_in_a_directory_publish_leaves_a_whole_version(tmp_path,
         (staging / "weights").write_text("next")
     assert _tree(target) == {"weights": "next"}
     assert os.listdir(tmp_path) == ["checkpoint"]
+
+
+# ------------------------------------------------------------------ one writer per target (issue 39, class 4)
+HOLD = textwrap.dedent("""
+    import sys, time
+    from wam_gym.utils.publish import atomic_dir
+    with atomic_dir(sys.argv[1]) as staging:
+        (staging / "theirs").write_text("half written")
+        print(staging, flush=True)
+        time.sleep(120)
+""")
+
+
+def _holder(target: Path) -> tuple[subprocess.Popen, Path]:
+    """Another process in the middle of publishing ``target``; its staging directory."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(target)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def test_a_second_writer_is_refused_naming_the_first_and_leaves_its_staging(tmp_path):
+    target = tmp_path / "ckpt"
+    proc, staging = _holder(target)
+    try:
+        with pytest.raises(publish.TargetBusyError, match=rf"ckpt is being written by another writer \(pid {proc.pid} "
+                                                          r"on \S+, since .*: .*\); wait for it to finish or stop it"):
+            with atomic_dir(target):
+                pass
+        assert (staging / "theirs").read_text() == "half written"  # before, the second writer deleted it
+    finally:
+        proc.kill()
+        proc.wait()
+    with atomic_dir(target) as mine:  # a killed holder frees the lock at once; its staging is a leftover now
+        (mine / "ours").write_text("whole")
+    assert _tree(target) == {"ours": "whole"} and not staging.exists()
+    assert _visible(tmp_path) == ["ckpt"] and sorted(os.listdir(tmp_path)) == ["ckpt"]  # no lock file, no staging
+
+
+def test_a_kept_lock_file_names_nobody_once_released_and_refuses_a_second_writer_in_the_same_process(tmp_path):
+    lock = tmp_path / "out" / "eval.lock"
+    with publish.writer_lock(tmp_path / "out", lock=lock):
+        assert lock.read_text().startswith(f"pid {os.getpid()} on ")
+        with pytest.raises(publish.TargetBusyError, match=rf"out is being written by another writer \(pid {os.getpid()} "):
+            with publish.writer_lock(tmp_path / "out", lock=lock):
+                pass
+    assert lock.read_text() == ""
+
+
+COLLECT = textwrap.dedent("""
+    import sys, time
+    from training.data import DatasetWriter
+    writer = DatasetWriter(sys.argv[1], 10, ("cam",), overwrite=True)  # collect --overwrite, mid-way
+    print(writer.root, flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_second_convert_or_collect_into_the_same_place_is_refused(tmp_path):
+    """convert publishes its destination and DatasetWriter (collect) holds its root: a second one into the same
+    place stops, naming the first, where it used to delete the first's files under it."""
+    import numpy as np
+
+    from training.data import DatasetWriter
+    from training.data.lerobot.convert import convert
+
+    src = tmp_path / "src"
+    with DatasetWriter(src, 10, ("cam",)) as writer:
+        writer.add_frame({"cam": np.zeros((8, 8, 3), np.uint8)}, np.zeros(2), np.zeros(2), "hold")
+        writer.save_episode()
+    converting, staging = _holder(tmp_path / "dst")
+    collecting = subprocess.Popen([sys.executable, "-c", COLLECT, str(tmp_path / "other")], stdout=subprocess.PIPE,
+                                  text=True, cwd=ROOT)
+    collecting.stdout.readline()
+    try:
+        with pytest.raises(publish.TargetBusyError, match=rf"dst is being written by another writer \(pid "
+                                                          rf"{converting.pid} "):
+            convert(src, tmp_path / "dst")
+        assert staging.exists()
+        with pytest.raises(publish.TargetBusyError, match=rf"other is being written by another writer \(pid "
+                                                          rf"{collecting.pid} "):
+            DatasetWriter(tmp_path / "other", 10, ("cam",), overwrite=True)
+    finally:
+        for proc in (converting, collecting):
+            proc.kill()
+            proc.wait()
+    DatasetWriter(tmp_path / "other", 10, ("cam",), overwrite=True).abort()  # free once its holder is gone

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -34,7 +35,7 @@ from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
 from training.engine import checkpoint_dir, latest_checkpoint, make_engine, resolve_mixed_precision
 from training.engine.checkpoint import staging_path
-from wam_gym.utils.publish import remove_dir
+from wam_gym.utils.publish import remove_dir, writer_lock
 
 logger = logging.getLogger(__name__)
 
@@ -142,77 +143,79 @@ def _encoders(cfg: TrainConfig, model, clips):
 
 
 def train(cfg: TrainConfig) -> Path:
-    torch.manual_seed(cfg.seed)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    out = Path(cfg.output_dir)
-    dataset = open_dataset(cfg)
-    record = run_dir.describe(cfg, dataset.identity(), resolve_mixed_precision(cfg.mixed_precision, device))
-    ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
-    # Refused before the model is built (minutes for Wan) and before anything is written.
-    mismatched = run_dir.check_resume(out, record, cfg.allow_resume_mismatch) if ckpt is not None else []
-    model, dataset, clips = build(cfg, device, dataset)
-    if cfg.infra.compile.enabled:
-        if os.environ.get("WAM_COMPILE_CACHE"):
-            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ["WAM_COMPILE_CACHE"])
-        compile_module(model, cfg.infra.compile)
-    latent_cache, text_features = _encoders(cfg, model, clips)
-    engine = make_engine(model, cfg, device)  # a TrainConfig is its own EngineConfig group
-    augment = not cfg.dataset.deterministic
-    sampler = ResumableSampler(len(clips), cfg.seed, engine.rank, engine.world_size, keyed=augment)
-    if len(sampler) < cfg.batch_size:
-        raise ValueError(f"the dataset has {len(clips)} clips, fewer than batch_size={cfg.batch_size}")
-    state = {"epoch": 0, "consumed": 0, "micro_step": 0}
-    if ckpt is not None:
-        state = engine.load(ckpt)
-        logger.info("resumed from %s (step %d)", ckpt, engine.global_step)
-    sampler.epoch, sampler.start = state["epoch"], state["consumed"]
-    loader = make_loader(AugmentedClips(clips, cfg.dataset.augment, cfg.seed) if augment else clips, cfg, sampler, device)
-    if engine.is_main_process:
-        _prepare_output_dir(cfg, out, record, resuming=ckpt is not None, mismatched=bool(mismatched))
-    writer = _writer(out, engine)
+    with ExitStack() as held:  # the output_dir's writer lock, on the main process
+        torch.manual_seed(cfg.seed)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        out = Path(cfg.output_dir)
+        dataset = open_dataset(cfg)
+        record = run_dir.describe(cfg, dataset.identity(), resolve_mixed_precision(cfg.mixed_precision, device))
+        ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
+        # Refused before the model is built (minutes for Wan) and before anything is written.
+        mismatched = run_dir.check_resume(out, record, cfg.allow_resume_mismatch) if ckpt is not None else []
+        model, dataset, clips = build(cfg, device, dataset)
+        if cfg.infra.compile.enabled:
+            if os.environ.get("WAM_COMPILE_CACHE"):
+                os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ["WAM_COMPILE_CACHE"])
+            compile_module(model, cfg.infra.compile)
+        latent_cache, text_features = _encoders(cfg, model, clips)
+        engine = make_engine(model, cfg, device)  # a TrainConfig is its own EngineConfig group
+        augment = not cfg.dataset.deterministic
+        sampler = ResumableSampler(len(clips), cfg.seed, engine.rank, engine.world_size, keyed=augment)
+        if len(sampler) < cfg.batch_size:
+            raise ValueError(f"the dataset has {len(clips)} clips, fewer than batch_size={cfg.batch_size}")
+        state = {"epoch": 0, "consumed": 0, "micro_step": 0}
+        if ckpt is not None:
+            state = engine.load(ckpt)
+            logger.info("resumed from %s (step %d)", ckpt, engine.global_step)
+        sampler.epoch, sampler.start = state["epoch"], state["consumed"]
+        loader = make_loader(AugmentedClips(clips, cfg.dataset.augment, cfg.seed) if augment else clips, cfg, sampler, device)
+        if engine.is_main_process:  # one run per output_dir: a second is refused, naming this one, before it writes
+            held.enter_context(writer_lock(out))
+            _prepare_output_dir(cfg, out, record, resuming=ckpt is not None, mismatched=bool(mismatched))
+        writer = _writer(out, engine)
 
-    from tqdm import tqdm
+        from tqdm import tqdm
 
-    bar = tqdm(total=cfg.max_steps, initial=engine.global_step, unit="step", disable=not engine.is_main_process,
-               dynamic_ncols=True, desc=cfg.task)
-    batches, tick, seen, batch = iter(loader), time.perf_counter(), 0, None
-    model.train()
-    while engine.global_step < cfg.max_steps:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            state["epoch"], state["consumed"] = state["epoch"] + 1, 0
-            sampler.epoch, sampler.start = state["epoch"], 0
-            batches = iter(loader)
-            continue
-        losses = _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, state["micro_step"])
-        state["micro_step"] += 1
-        state["consumed"] += cfg.batch_size
-        seen += cfg.batch_size * engine.world_size
-        if not engine.step():
-            continue
-        step = engine.global_step
-        bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.max_steps:
-            rate = seen / (time.perf_counter() - tick)
-            tick, seen = time.perf_counter(), 0
-            scalars = {**losses, "grad_norm": engine.grad_norm, "lr": engine.lr, "samples_per_s": rate}
-            bar.set_postfix(progress_fields(scalars))
-            _log_scalars(writer, step, scalars)
-        if cfg.log_video_every and step % cfg.log_video_every == 0:
-            _log_prediction(writer, model, clips, batch, text_features, step, device)
-        if step % cfg.save_every == 0 or step == cfg.max_steps:
-            _checkpoint(engine, out, state, cfg.keep_checkpoints)
-    bar.close()
-    final = out / "checkpoint"
-    if engine.is_main_process:
-        batch = batch if batch is not None else next(iter(loader))  # a resumed, already finished run
-        _log_prediction(writer, model, clips, batch, text_features, engine.global_step, device)
-        save_final(engine.module, final, dataset.stats_path, cfg.dataset.normalization)
-        if writer:
-            writer.close()
-        logger.info("final checkpoint: %s (text features computed online: %d)", final, text_features.online)
-    return final
+        bar = tqdm(total=cfg.max_steps, initial=engine.global_step, unit="step", disable=not engine.is_main_process,
+                   dynamic_ncols=True, desc=cfg.task)
+        batches, tick, seen, batch = iter(loader), time.perf_counter(), 0, None
+        model.train()
+        while engine.global_step < cfg.max_steps:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                state["epoch"], state["consumed"] = state["epoch"] + 1, 0
+                sampler.epoch, sampler.start = state["epoch"], 0
+                batches = iter(loader)
+                continue
+            losses = _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, state["micro_step"])
+            state["micro_step"] += 1
+            state["consumed"] += cfg.batch_size
+            seen += cfg.batch_size * engine.world_size
+            if not engine.step():
+                continue
+            step = engine.global_step
+            bar.update(1)
+            if step % cfg.log_every == 0 or step == cfg.max_steps:
+                rate = seen / (time.perf_counter() - tick)
+                tick, seen = time.perf_counter(), 0
+                scalars = {**losses, "grad_norm": engine.grad_norm, "lr": engine.lr, "samples_per_s": rate}
+                bar.set_postfix(progress_fields(scalars))
+                _log_scalars(writer, step, scalars)
+            if cfg.log_video_every and step % cfg.log_video_every == 0:
+                _log_prediction(writer, model, clips, batch, text_features, step, device)
+            if step % cfg.save_every == 0 or step == cfg.max_steps:
+                _checkpoint(engine, out, state, cfg.keep_checkpoints)
+        bar.close()
+        final = out / "checkpoint"
+        if engine.is_main_process:
+            batch = batch if batch is not None else next(iter(loader))  # a resumed, already finished run
+            _log_prediction(writer, model, clips, batch, text_features, engine.global_step, device)
+            save_final(engine.module, final, dataset.stats_path, cfg.dataset.normalization)
+            if writer:
+                writer.close()
+            logger.info("final checkpoint: %s (text features computed online: %d)", final, text_features.online)
+        return final
 
 
 def _prepare_output_dir(cfg: TrainConfig, out: Path, record: dict, *, resuming: bool, mismatched: bool) -> None:

@@ -11,15 +11,13 @@ remove it.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import fcntl
 import logging
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 from wam_gym.eval.errors import OutputDirBusy
+from wam_gym.utils.publish import TargetBusyError, writer_lock
 
 logger = logging.getLogger(__name__)
 
@@ -43,23 +41,10 @@ def check_writable(output_dir: Path) -> None:
 @contextlib.contextmanager
 def locked(output_dir: Path) -> Iterator[None]:
     """Hold the output dir's exclusive lock, with who holds it written in the lock file."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "a process that has not said who it is"
-            raise OutputDirBusy(
-                f"EVALUATION.output_dir={output_dir} is in use by another evaluation ({holder}): wait for it to "
-                "finish, or use another EVALUATION.output_dir"
-            ) from None
-        since = datetime.datetime.now().isoformat(timespec="seconds")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode(), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)  # not held any more: name nobody
-    finally:
-        os.close(fd)  # releases the lock
+            held.enter_context(writer_lock(output_dir, lock=output_dir / LOCK_FILE))
+        except TargetBusyError as busy:
+            raise OutputDirBusy(f"EVALUATION.output_dir={output_dir} is in use by another evaluation ({busy.holder}): "
+                                "wait for it to finish, or use another EVALUATION.output_dir") from None
+        yield

@@ -9,6 +9,9 @@ those) in the target's own directory, because a rename is only atomic within one
   the new one is: on Linux the two are swapped in one ``renameat2(RENAME_EXCHANGE)`` call; where
   that is not available the old one is renamed aside first and :func:`recover_dir` puts it back
   if a kill came between the two renames.
+* :func:`writer_lock`: one writer per target. A second command writing the same directory is
+  refused, naming the first (its pid, host, command and start), instead of deleting its staging
+  directory under it. The lock is the kernel's (``flock``), so a killed holder frees it at once.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import functools
 import os
 import shutil
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -62,16 +69,73 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
     fsync_dir(path.parent)
 
 
+class TargetBusyError(RuntimeError):
+    """Another process is writing the same target; ``holder`` says which."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
+
+
+@contextlib.contextmanager
+def writer_lock(target: str | os.PathLike, lock: str | os.PathLike | None = None) -> Iterator[None]:
+    """Hold the one-writer lock of ``target`` (a file or directory about to be written) for the block.
+
+    The lock is a file, ``flock``-ed: held by an open file, so a process that dies for any reason
+    releases it. While held it names its holder (pid, host, start, command). By default it is
+    ``.<name>.lock`` beside the target, removed on release; a ``lock`` path of the caller's (eval's
+    ``output_dir/eval.lock``) is kept, emptied. Raises TargetBusyError, naming the holder, when it is
+    held: by another process, or by another writer in this one (``flock`` locks open files, not processes).
+    """
+    target = Path(target).absolute()
+    path = Path(lock) if lock is not None else target.with_name(f".{target.name}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _acquire(path, target)
+    try:
+        yield
+    finally:
+        if lock is None:
+            path.unlink(missing_ok=True)  # while still held: a waiter that opened it sees a deleted file and retries
+        else:
+            os.ftruncate(fd, 0)  # released: names nobody
+        os.close(fd)
+
+
+def _acquire(lock: Path, target: Path) -> int:
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "a process that has not said who it is"
+            os.close(fd)
+            raise TargetBusyError(f"{target} is being written by another writer ({holder}); wait for it to finish "
+                                  "or stop it, or write to another path", holder) from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:  # not a lock file its holder deleted as we opened it
+                break
+        os.close(fd)
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {since}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
+    return fd
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty hidden staging directory; on a clean exit it is published as ``path``.
 
-    On an error the staging directory is removed and ``path`` is left as it was. Staging
-    directories that a killed publish of the same ``path`` left behind are removed first (one
-    writer per path is assumed, as for every checkpoint directory here).
+    On an error the staging directory is removed and ``path`` is left as it was. The target's
+    :func:`writer_lock` is held throughout: a second writer is refused, so staging directories found
+    beside the target are a killed writer's leftovers, and are removed first.
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(final), _staged(final) as staging:
+        yield staging
+
+
+@contextlib.contextmanager
+def _staged(final: Path) -> Iterator[Path]:
     recover_dir(final)
     for stale in final.parent.glob(f".{final.name}.staging-*"):
         shutil.rmtree(stale, ignore_errors=True)

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from training.data.lerobot.layout import (
 from training.data.lerobot.stats import ImageStats, pool_stats, stats_to_json, table_stats
 from training.data.lerobot.tables import fixed_list, tasks_table, write_parquet
 from training.data.lerobot.video import DEFAULT_GOP, Mp4Stream
-from wam_gym.utils.publish import atomic_write_text
+from wam_gym.utils.publish import atomic_write_text, writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,15 @@ class DatasetWriter:
             raise ValueError(f"video_gop must be >= 1 (frames between keyframes) or None, got {video_gop!r}")
         self.video_gop = video_gop
         self.chunks_size = int(chunks_size)
-        self._prepare_root(overwrite)
+        # One writer per dataset, from here to finalize/abort: a second collect (or convert) into the same
+        # root is refused, naming this one, instead of deleting its files under it.
+        self._lock = ExitStack()
+        self._lock.enter_context(writer_lock(self.root))
+        try:
+            self._prepare_root(overwrite)
+        except BaseException:
+            self._lock.close()
+            raise
 
         self._image_shapes: dict[str, tuple[int, int, int]] = {}
         self._state_dim: int | None = None
@@ -240,6 +249,7 @@ class DatasetWriter:
         if self._file_episodes:
             self._close_file()
         self._finalized = True
+        self._lock.close()
         return self.root
 
     def abort(self) -> None:
@@ -249,6 +259,7 @@ class DatasetWriter:
         self._streams = {}
         self._file_rows, self._file_episodes = [], []
         self._finalized = True
+        self._lock.close()
 
     def __enter__(self) -> DatasetWriter:
         return self
