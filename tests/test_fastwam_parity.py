@@ -235,6 +235,19 @@ def test_our_directory_round_trips(model, their_pt, their_weights, io, tmp_path)
     assert isinstance(loaded.config, FastWAMConfig) and loaded.config == model.config
 
 
+def test_encoders_come_from_a_wan_folder(model, their_pt, tmp_path):
+    # Their file holds the denoiser only; the VAE, UMT5 and tokenizer come from a diffusers folder of
+    # Wan2.2-TI2V-5B (here: a saved tiny model's, laid out the same way).
+    save_fastwam(model, tmp_path / "wan", encoders=True)
+    for source in (from_their_checkpoint(their_pt, preset("fastwam_tiny"), encoders_from=tmp_path / "wan"),
+                   load_fastwam(convert_their_checkpoint(their_pt, tmp_path / "ours", preset("fastwam_tiny")),
+                                encoders_from=tmp_path / "wan")):
+        for name in ("vae", "text_encoder"):
+            mine, original = getattr(source, name).state_dict(), getattr(model, name).state_dict()
+            assert mine.keys() == original.keys() and all(torch.equal(mine[k], original[k]) for k in mine)
+        assert source.tokenizer("a bowl").input_ids == model.tokenizer("a bowl").input_ids
+
+
 def test_the_conversion_script(their_pt, tmp_path, capsys):
     script = load_script("convert_fastwam_checkpoint")
     assert script.main(["to-ours", str(their_pt), str(tmp_path / "ours"), "--preset", "fastwam_tiny"]) == 0
