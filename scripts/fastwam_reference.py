@@ -16,8 +16,9 @@ release) with seeded random weights, in fp32 on the CPU, and writes:
                           ``proprio_encoder.<key>`` (their release is a torch.save dict with exactly
                           these two state dicts; the test rebuilds that .pt from these numbers)
     io.safetensors        inputs and their outputs: one joint denoiser call (batch 2), one
-                          action-only call, and their seeded inference (action-only and joint) after
-                          1 and after 4 denoising steps, with the noise their seed draws
+                          action-only call, their seeded inference (action-only and joint) after
+                          1 and after 4 denoising steps with the noise their seed draws, and their
+                          training loss on a padded clip with the noise and timesteps it drew
     config.json           the tiny configuration, schedules, seed, their commit
     full_size.json        their released LIBERO model's key list with shapes and parameter counts,
                           built on the meta device (nothing allocated)
@@ -97,6 +98,9 @@ def _latent_io_model(FastWAM):
 
         def _decode_latents(self, latents, **_):
             return latents.detach().clone()
+
+        def _encode_video_latents(self, video_tensor, **_):
+            return self.clip_latents.clone()
 
     return LatentIO
 
@@ -190,6 +194,42 @@ def inference(model, generator: torch.Generator) -> dict[str, torch.Tensor]:
     return io
 
 
+def training_loss(model, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Their training loss on a clip (batch 2, some actions and frames padded) and the random draws it
+    makes from the global generator, replayed in the same order: video noise, video timesteps, action
+    noise, action timesteps."""
+    c, f, h, w = LATENT
+    frames = 1 + (f - 1) * _StubVAE.temporal_downsample_factor
+    io = {
+        "loss.latents": torch.randn(2, c, f, h, w, generator=generator),
+        "loss.actions": torch.randn(2, ACTION_HORIZON, TINY_ACTION["action_dim"], generator=generator),
+        "loss.proprio": torch.randn(2, frames, PROPRIO_DIM, generator=generator),
+        "loss.text": _text(2, [4, 10], generator),
+        "loss.action_is_pad": torch.arange(ACTION_HORIZON).expand(2, -1) >= torch.tensor([[ACTION_HORIZON], [5]]),
+        "loss.image_is_pad": torch.arange(frames).expand(2, -1) >= torch.tensor([[frames], [5]]),
+    }
+    model.clip_latents = io["loss.latents"]
+    sample = {
+        "video": torch.zeros(2, 3, frames, h * _StubVAE.upsampling_factor, w * _StubVAE.upsampling_factor),
+        "context": io["loss.text"], "context_mask": torch.ones(2, TEXT_TOKENS, dtype=torch.bool),
+        "proprio": io["loss.proprio"], "action": io["loss.actions"],
+        "action_is_pad": io["loss.action_is_pad"], "image_is_pad": io["loss.image_is_pad"],
+    }
+    seed = SEED + 1
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        total, parts = model.train().training_loss(sample)
+    model.eval()
+    torch.manual_seed(seed)  # the same draws, in training_loss's order (randn_like, rand, randn_like, rand)
+    io["loss.video_noise"] = torch.randn(2, c, f, h, w)
+    io["loss.video_timestep"] = model.train_video_scheduler.sample_training_t(2, torch.device("cpu"), torch.float32)
+    io["loss.action_noise"] = torch.randn(2, ACTION_HORIZON, TINY_ACTION["action_dim"])
+    io["loss.action_timestep"] = model.train_action_scheduler.sample_training_t(2, torch.device("cpu"), torch.float32)
+    io.update({"loss.total": total.reshape(1), "loss.video": torch.tensor([parts["loss_video"]]),
+               "loss.action": torch.tensor([parts["loss_action"]])})
+    return io
+
+
 def schedules(model) -> dict[str, torch.Tensor]:
     """Their inference grids (timesteps, deltas) and training-loss weights, per modality."""
     out = {}
@@ -232,7 +272,8 @@ def main() -> None:
     torch.use_deterministic_algorithms(True)
     model = build_tiny(args.repo)
     generator = torch.Generator().manual_seed(2)
-    io = {**denoiser_calls(model, generator), **inference(model, generator), **schedules(model)}
+    io = {**denoiser_calls(model, generator), **inference(model, generator), **schedules(model),
+          **training_loss(model, generator)}
 
     args.out.mkdir(parents=True, exist_ok=True)
     weights = {f"mot.{k}": v for k, v in model.mot.state_dict().items()}

@@ -9,7 +9,9 @@ back as the torch.save dict their release is, and our model reproduces their out
 * one action-only call (our cached current-frame keys/values against their full recompute);
 * their seeded inference, action-only (infer_action) and joint (infer_joint), after 1 and after 4 steps:
   the action chunk and the denoised video latents, from the noise their seed draws;
-* their schedules (inference grids per modality, training-loss weights).
+* their schedules (inference grids per modality, training-loss weights);
+* their training loss on a clip with padded actions and frames, from the noise and timesteps it drew
+  (which a generator seeded like their global one draws again).
 
 Tolerance: |ours - theirs| <= 1e-5 + 1e-5 |theirs| on outputs of about unit scale; measured (torch 2.13,
 diffusers 0.42, CPU) at most 5e-7. The rest of the gap budget is for other kernels (fp64 RoPE and
@@ -45,6 +47,7 @@ from agents.wam.fastwam.config import FastWAMConfig, FlowScheduleConfig, preset
 from agents.wam.fastwam.layout import to_ours, to_theirs
 from agents.wam.fastwam.mask import block_mask
 from agents.wam.fastwam.model import CallCache, FastWAM
+from agents.wam.fastwam.objective import Draws, draw, flow_matching_loss
 from agents.wam.fastwam.sampling import sample_actions, sample_joint, their_noise
 from agents.wam.fastwam.schedule import FlowSchedule
 from tests.conftest import load_script
@@ -147,6 +150,33 @@ def test_schedules_match_theirs(io, modality):
         torch.testing.assert_close(deltas, io[f"schedule.{modality}.deltas.{steps}"], atol=0, rtol=0)
     weight = schedule.training_weight(io["schedule.training_timesteps"])
     torch.testing.assert_close(weight, io[f"schedule.{modality}.training_weight"], **TOL)
+
+
+def _loss_inputs(io):
+    return (io["loss.latents"], io["loss.actions"], io["loss.proprio"][:, 0], io["loss.text"])
+
+
+def _loss_pads(io):
+    return {"action_is_pad": io["loss.action_is_pad"].bool(), "image_is_pad": io["loss.image_is_pad"].bool()}
+
+
+def test_training_loss_matches_theirs(model, io):
+    theirs = Draws(io["loss.video_noise"], io["loss.video_timestep"], io["loss.action_noise"], io["loss.action_timestep"])
+    # Their training_loss draws from torch's global generator; one of ours seeded alike draws the same.
+    again = draw(model, io["loss.latents"], io["loss.actions"], torch.Generator().manual_seed(FIXTURE_CONFIG["seed"] + 1))
+    for ours, their in zip(vars(again).values(), vars(theirs).values()):
+        torch.testing.assert_close(ours, their, atol=0, rtol=0)
+    with torch.no_grad():
+        loss = flow_matching_loss(model, *_loss_inputs(io), draws=theirs, **_loss_pads(io))
+    for key, name in (("loss", "total"), ("video", "video"), ("action", "action")):
+        torch.testing.assert_close(loss[key].reshape(1), io[f"loss.{name}"], **TOL)
+
+
+def test_training_loss_reaches_every_weight(io):
+    model = FastWAM(preset("fastwam_tiny"))
+    flow_matching_loss(model, *_loss_inputs(io), generator=torch.Generator().manual_seed(0), **_loss_pads(io))["loss"].backward()
+    for part in (model.transformer, model.action_expert, model.proprio_encoder):
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in part.parameters())
 
 
 def test_block_mask_is_theirs():

@@ -5,8 +5,8 @@
 
 Modules: ``config`` (FastWAMConfig, presets ``fastwam`` and ``fastwam_tiny``), ``model`` (FastWAM),
 ``action_dit``, ``embeddings``, ``mask``, ``layers`` (action-only inference with cached video keys/values),
-``schedule``, ``sampling``, ``layout`` (their checkpoint keys <-> ours) and ``checkpoint`` (their ``.pt`` in,
-our safetensors directory out, and back). Parity with their code: tests/test_fastwam_parity.py.
+``schedule``, ``sampling``, ``objective`` (their training loss), ``layout`` (their checkpoint keys <-> ours)
+and ``checkpoint`` (their ``.pt`` in, our safetensors directory out, and back). Parity with their code: tests/test_fastwam_parity.py.
 
 Names load on first use (PEP 562), so ``agents.wam.fastwam.config`` imports no model code.
 """
@@ -19,6 +19,7 @@ _SOURCES = {
     "agents.wam.fastwam.config": ("FastWAMConfig", "FlowScheduleConfig", "FastWAMActionConfig", "PRESETS", "preset"),
     "agents.wam.fastwam.model": ("CallCache", "FastWAM"),
     "agents.wam.fastwam.sampling": ("sample_actions", "sample_joint", "their_noise"),
+    "agents.wam.fastwam.objective": ("Draws", "flow_matching_loss"),
     "agents.wam.fastwam.checkpoint": (
         "CheckpointMismatchError", "convert_their_checkpoint", "export_their_checkpoint", "from_their_checkpoint", "load_fastwam",
         "load_their_state", "read_our_checkpoint", "read_their_checkpoint", "save_fastwam", "their_state",
