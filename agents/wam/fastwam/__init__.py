@@ -6,7 +6,8 @@
 Modules: ``config`` (FastWAMConfig, presets ``fastwam`` and ``fastwam_tiny``), ``model`` (FastWAM),
 ``action_dit``, ``embeddings``, ``mask``, ``layers`` (action-only inference with cached video keys/values),
 ``schedule``, ``sampling``, ``objective`` (their training loss), ``layout`` (their checkpoint keys <-> ours)
-and ``checkpoint`` (their ``.pt`` in, our safetensors directory out, and back). Parity with their code: tests/test_fastwam_parity.py.
+and ``checkpoint`` (their ``.pt`` in, our safetensors directory out, and back).
+Parity with their code: tests/test_fastwam_parity.py.
 
 Names load on first use (PEP 562), so ``agents.wam.fastwam.config`` imports no model code.
 """
