@@ -185,7 +185,8 @@ def from_their_checkpoint(
     flat = read_their_checkpoint(path)
     config = fit_config(flat, config or preset("fastwam"))
     encoders = {} if encoders_from is None else _load_encoders(Path(encoders_from).expanduser(), config)
-    denoiser = _denoiser_on_meta(config)
+    # In the backbone's dtype from the start: a bf16 release is never upcast whole to fp32 on the way in.
+    denoiser = _denoiser_on_meta(config, dtype=module_dtype(config.encoder_mode.backbone))
     _load_denoiser(denoiser, flat, config.preset)
     return FastWAM(config, **denoiser, **encoders)
 
