@@ -170,7 +170,7 @@ def _open(path: str | os.PathLike) -> Iterator[Any]:
     try:
         container = av.open(str(path))
     except av.FFmpegError as e:
-        raise ValueError(f"unreadable video: {path} ({e}); the file is not an mp4 or is truncated: "
+        raise ValueError(f"unreadable video: {path} ({type(e).__name__}); the file is not an mp4 or is truncated: "
                          "record it again (write_mp4 never leaves a partial file)") from e
     try:
         if not container.streams.video:
@@ -232,7 +232,7 @@ def decode_timed(path: str | os.PathLike, start: float = 0.0) -> Iterator[Iterat
                 for frame in source.decode(video):
                     yield float(frame.pts * video.time_base), frame.to_ndarray(format="rgb24")
             except av.FFmpegError as e:
-                raise ValueError(f"unreadable video: {path} ({e}); the file is truncated or corrupt: "
+                raise ValueError(f"unreadable video: {path} ({type(e).__name__}); the file is truncated or corrupt: "
                                  "record it again") from e
 
         yield frames()
