@@ -10,7 +10,7 @@ Names load on first use (PEP 562), so importing a light submodule such as
 
 from __future__ import annotations
 
-import importlib
+from agents.wam.exports import lazy_exports
 
 _SOURCES = {
     "agents.wam.agent": ("WAMAgent",),
@@ -25,18 +25,4 @@ _SOURCES = {
     "agents.policy": ("Prediction",),  # the Policy protocol's answer; re-exported for WAM users
     "agents.wam.sampling": ("FlowSampler",),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
-
+__all__, __getattr__, __dir__ = lazy_exports(globals(), _SOURCES)

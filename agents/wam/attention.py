@@ -166,6 +166,20 @@ def resolve_attention_backend(name: str, device: torch.device | str | None = Non
     return selected
 
 
+class ResolvedBackends:
+    """A model's attention backend per device type, each resolved on first use: resolving probes the
+    kernels, so a forward pass asks here instead."""
+
+    def __init__(self) -> None:
+        self._by_type: dict[str, str] = {}
+
+    def on(self, name: str, device: torch.device) -> str:
+        """The concrete backend ``name`` means on ``device`` (:func:`resolve_attention_backend`, once per type)."""
+        if device.type not in self._by_type:
+            self._by_type[device.type] = resolve_attention_backend(name, device)
+        return self._by_type[device.type]
+
+
 def _tensor_on_cuda(t: torch.Tensor) -> bool:
     return t.is_cuda
 

@@ -16,7 +16,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.wam.attention import BACKENDS
 from agents.wam.precision import PrecisionConfig
@@ -125,8 +125,46 @@ class TextEncoderConfig:
     max_length: int = 64  # tokens per instruction (padded / truncated)
 
 
+Config = TypeVar("Config", bound="ModelConfig")
+
+
+class ModelConfig:
+    """What a model's config (:class:`MoTConfig`, FastWAM's ``FastWAMConfig``) derives from its fields: the
+    latent geometry of its clips, and its JSON file (written and read through its ``to_dict``/``from_dict``)."""
+
+    vae: VAEConfig
+    cameras: tuple[str, ...]  # tiled side by side, each image_size
+    image_size: tuple[int, int]
+    num_future_frames: int
+
+    @property
+    def latent_frames(self) -> int:
+        """Latent frames of the current frame plus the predicted future."""
+        return 1 + self.num_future_frames // self.vae.scale_factor_temporal
+
+    @property
+    def latent_size(self) -> tuple[int, int]:
+        h, w = self.image_size
+        s = self.vae.scale_factor_spatial
+        return h // s, w * len(self.cameras) // s
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls: type[Config], data: dict[str, Any]) -> Config:
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls: type[Config], path: str | Path) -> Config:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
 @dataclass
-class MoTConfig:
+class MoTConfig(ModelConfig):
     """Everything that fixes the model's weights and input geometry."""
 
     preset: str = "tiny"  # the preset this config started from (model=<preset>), for logs and checkpoints
@@ -182,17 +220,6 @@ class MoTConfig:
         """Env steps between predicted frames when a recipe does not say: the future spans the chunk."""
         return max(1, self.action_horizon // max(1, self.num_future_frames))
 
-    @property
-    def latent_frames(self) -> int:
-        """Latent frames of the current frame plus the predicted future."""
-        return 1 + self.num_future_frames // self.vae.scale_factor_temporal
-
-    @property
-    def latent_size(self) -> tuple[int, int]:
-        h, w = self.image_size
-        s = self.vae.scale_factor_spatial
-        return h // s, w * len(self.cameras) // s
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -205,18 +232,16 @@ class MoTConfig:
             "text_encoder": TextEncoderConfig,
             "encoder_mode": PrecisionConfig,
         }
-        kwargs = dict(data)
-        for name, group in groups.items():
-            if name in kwargs:
-                kwargs[name] = _tuples(group, kwargs[name])
-        return _tuples(cls, kwargs, nested=groups)
+        return from_data(cls, data, groups)
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
 
-    @classmethod
-    def load(cls, path: str | Path) -> MoTConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+def from_data(cls, data: dict[str, Any], groups: dict[str, type]):
+    """Build a config dataclass from JSON/OmegaConf data; ``groups`` maps its nested dataclass fields to their types."""
+    kwargs = dict(data)
+    for name, group in groups.items():
+        if name in kwargs:
+            kwargs[name] = _tuples(group, kwargs[name])
+    return _tuples(cls, kwargs, nested=groups)
 
 
 def _tuples(cls, data: dict[str, Any], nested: dict | None = None):

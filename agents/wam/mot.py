@@ -5,6 +5,8 @@ Components (each a standard library class, saved in its own library's format):
     action_expert  :class:`ActionExpert` (diffusers ``ModelMixin``)
     vae            diffusers ``AutoencoderKLWan``: pixels <-> latents, frozen
     text_encoder   transformers ``UMT5EncoderModel``, frozen; ``tokenizer`` beside it
+The encoders' part (building, freezing, precision, encode/decode) is the base class
+:class:`~agents.wam.encoders.FrozenEncoders`, shared with FastWAM.
 
 Both experts are trained by flow matching (x_t = (1 - s) x0 + s noise, target noise - x0),
 each with its own noise level, conditioned on the clean current-frame latent, the proprio
@@ -14,28 +16,27 @@ state and the instruction. The current frame's tokens carry timestep 0 (Wan2.2 T
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from diffusers import AutoencoderKLWan
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
+from transformers import UMT5EncoderModel
 
 from agents.wam import wan_adapter as wan
 from agents.wam.action_expert import ActionExpert
-from agents.wam.attention import resolve_attention_backend
+from agents.wam.attention import ResolvedBackends
 from agents.wam.config import MoTConfig
+from agents.wam.encoders import FrozenEncoders
 from agents.wam.layers import LayerContext, mot_layer
-from agents.wam.precision import apply_precision, module_dtype, precision_scope
+from agents.wam.precision import apply_precision
 from agents.wam.wan_adapter import WanTransformer3DModel
 
 logger = logging.getLogger(__name__)
 
 
-class MoTWAM(nn.Module):
+class MoTWAM(FrozenEncoders):
     """Predicts future latent frames and an action chunk from one observation."""
 
     def __init__(
@@ -65,43 +66,20 @@ class MoTWAM(nn.Module):
             eps=config.action_expert.eps,
             predict_state=config.action_expert.predict_state,
         )
-        self.vae = vae or AutoencoderKLWan(**config.vae.vae_kwargs())
-        te = config.text_encoder
-        self.tokenizer = tokenizer or ByT5Tokenizer()
-        self.text_encoder = text_encoder or UMT5EncoderModel(
-            UMT5Config(
-                vocab_size=len(self.tokenizer), d_model=te.d_model, d_kv=te.d_kv, d_ff=te.d_ff,
-                num_layers=te.num_layers, num_heads=te.num_heads,
-            )
-        )
+        self._init_encoders(vae, text_encoder, tokenizer)
         self._check_shapes()
-        self.vae.requires_grad_(False)
-        self.text_encoder.requires_grad_(False)
         self._apply_precision()
-        self._backends: dict[str, str] = {}
+        self._backends = ResolvedBackends()
         self.train(False)
-
-    def train(self, mode: bool = True) -> MoTWAM:
-        """Train the experts; the frozen encoders stay in eval mode (no dropout, ever)."""
-        super().train(mode)
-        self.vae.eval()
-        self.text_encoder.eval()
-        return self
 
     # ----------------------------------------------------------------- structure
     def _check_shapes(self) -> None:
-        tc, cfg = self.transformer.config, self.config
-        wan.check_video_expert(self.transformer)
-        expected = {
-            "transformer in_channels": (tc.in_channels, self.vae.config.z_dim),
-            "transformer text_dim": (tc.text_dim, self.text_encoder.config.d_model),
-            "action expert layers": (len(wan.expert_blocks(self.action_expert)), len(wan.expert_blocks(self.transformer))),
-            "action expert heads": (self.action_expert.config.num_attention_heads, tc.num_attention_heads),
-        }
-        wrong = {name: pair for name, pair in expected.items() if pair[0] != pair[1]}
-        if wrong:
-            detail = ", ".join(f"{name} is {got}, needs {want}" for name, (got, want) in wrong.items())
-            raise ValueError(f"MoT components do not fit together ({cfg.preset}): {detail}")
+        tr, ax = self.transformer, self.action_expert
+        wan.check_video_expert(tr)
+        self._check_fit("MoT", tr, {
+            "action expert layers": (len(wan.expert_blocks(ax)), len(wan.expert_blocks(tr))),
+            "action expert heads": (ax.config.num_attention_heads, tr.config.num_attention_heads),
+        })
 
     def projector_modules(self) -> list[nn.Module]:
         """Input/output projections and condition embedders of both experts (precision group)."""
@@ -115,67 +93,24 @@ class MoTWAM(nn.Module):
             apply_precision(blocks, p.backbone)
         for module in self.projector_modules():
             apply_precision(module, p.projectors)
-        apply_precision(self.text_encoder, p.text_encoder)
-        apply_precision(self.vae, p.vae)
+        self._apply_encoder_precision()
 
     @property
     def device(self) -> torch.device:
         return wan.parameter_device(self.transformer)
 
-    @contextmanager
-    def _precision(self, group: str):
-        with precision_scope(getattr(self.config.encoder_mode, group), self.device):
-            yield module_dtype(getattr(self.config.encoder_mode, group))
-
     def attention_backend(self) -> str:
         """The concrete attention kernel for this model's device (resolved and logged once)."""
-        kind = self.device.type
-        if kind not in self._backends:
-            self._backends[kind] = resolve_attention_backend(self.config.backbone.attention_backend, self.device)
-        return self._backends[kind]
+        return self._backends.on(self.config.backbone.attention_backend, self.device)
 
     def enable_gradient_checkpointing(self, enabled: bool = True) -> None:
         self.config.backbone.use_gradient_checkpointing = enabled
 
     # ----------------------------------------------------------------- encoders
-    @torch.no_grad()
-    def encode_prompt(self, prompts: Sequence[str]) -> torch.Tensor:
-        """(B, max_length, text_dim) embeddings; positions past each prompt are zero (as in Wan)."""
-        tokens = self.tokenizer(
-            list(prompts), padding="max_length", max_length=self.config.text_encoder.max_length,
-            truncation=True, return_tensors="pt",
-        ).to(self.device)
-        with self._precision("text_encoder"):
-            hidden = self.text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask)
-        return hidden.last_hidden_state.float() * tokens.attention_mask[..., None]
-
-    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = (1, -1, 1, 1, 1)
-        mean = torch.tensor(self.vae.config.latents_mean, device=like.device).view(shape)
-        std = torch.tensor(self.vae.config.latents_std, device=like.device).view(shape)
-        return mean, std
-
     def _vae_chunks(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Chunks of ``vae_micro_batch_size`` clips (read on each call: benchmarks change it on a live model)."""
         size = self.config.vae_micro_batch_size
         return (x,) if size is None else x.split(size)
-
-    @torch.no_grad()
-    def encode_video(self, frames: torch.Tensor) -> torch.Tensor:
-        """Pixels (B, 3, T, H, W) in [-1, 1] -> normalised latents (B, C, 1 + (T-1)/4, h, w)."""
-        with self._precision("vae") as dtype:
-            parts = [self.vae.encode(chunk.to(dtype)).latent_dist.mode() for chunk in self._vae_chunks(frames)]
-        latents = torch.cat(parts).float()
-        mean, std = self._latent_stats(latents)
-        return (latents - mean) / std
-
-    @torch.no_grad()
-    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """Normalised latents -> pixels (B, 3, T, H, W) in [-1, 1]."""
-        mean, std = self._latent_stats(latents)
-        latents = latents * std + mean
-        with self._precision("vae") as dtype:
-            parts = [self.vae.decode(chunk.to(dtype)).sample for chunk in self._vae_chunks(latents)]
-        return torch.cat(parts).float().clamp(-1, 1)
 
     # ----------------------------------------------------------------- video target
     def video_target(self, current: torch.Tensor, future: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ Names load on first use (PEP 562), so ``agents.wam.fastwam.config`` imports no m
 
 from __future__ import annotations
 
-import importlib
+from agents.wam.exports import lazy_exports
 
 _SOURCES = {
     "agents.wam.fastwam.config": ("FastWAMConfig", "FlowScheduleConfig", "FastWAMActionConfig", "PRESETS", "preset"),
@@ -27,17 +27,4 @@ _SOURCES = {
         "write_their_checkpoint",
     ),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(globals(), _SOURCES)

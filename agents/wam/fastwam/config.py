@@ -17,12 +17,10 @@ Presets:
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from agents.wam.config import VIDEO_MODES, BackboneConfig, TextEncoderConfig, VAEConfig, _tuples
+from agents.wam.config import VIDEO_MODES, BackboneConfig, ModelConfig, TextEncoderConfig, VAEConfig, from_data
 from agents.wam.precision import PrecisionConfig
 
 
@@ -56,7 +54,7 @@ class FastWAMActionConfig:
 
 
 @dataclass
-class FastWAMConfig:
+class FastWAMConfig(ModelConfig):
     """Everything that fixes a FastWAM's weights and input geometry."""
 
     preset: str = "fastwam_tiny"  # the preset this config started from
@@ -88,16 +86,6 @@ class FastWAMConfig:
         """Length of the text context the experts attend to: the instruction's tokens, then the proprio token."""
         return self.text_encoder.max_length + 1
 
-    @property
-    def latent_frames(self) -> int:
-        return 1 + self.num_future_frames // self.vae.scale_factor_temporal
-
-    @property
-    def latent_size(self) -> tuple[int, int]:
-        h, w = self.image_size
-        s = self.vae.scale_factor_spatial
-        return h // s, w * len(self.cameras) // s
-
     def to_dict(self) -> dict[str, Any]:
         return {"architecture": "fastwam", **dataclasses.asdict(self)}
 
@@ -108,18 +96,7 @@ class FastWAMConfig:
             "text_encoder": TextEncoderConfig, "encoder_mode": PrecisionConfig,
             "video_schedule": FlowScheduleConfig, "action_schedule": FlowScheduleConfig,
         }
-        kwargs = {k: v for k, v in data.items() if k != "architecture"}
-        for name, group in groups.items():
-            if name in kwargs:
-                kwargs[name] = _tuples(group, kwargs[name])
-        return _tuples(cls, kwargs, nested=groups)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
-
-    @classmethod
-    def load(cls, path: str | Path) -> FastWAMConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return from_data(cls, {k: v for k, v in data.items() if k != "architecture"}, groups)
 
 
 def _fastwam() -> FastWAMConfig:

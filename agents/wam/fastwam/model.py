@@ -6,6 +6,7 @@ Components (each a standard library class, saved in its library's own format):
     proprio_encoder  :class:`~agents.wam.fastwam.embeddings.ProprioEncoder`: proprio -> one text-context token
     vae              diffusers ``AutoencoderKLWan``, frozen
     text_encoder     transformers ``UMT5EncoderModel``, frozen; ``tokenizer`` beside it
+The encoders' part is the base class our MoT has too, :class:`~agents.wam.encoders.FrozenEncoders`.
 
 What one denoiser call computes (FastWAM's ``_predict_joint_noise``): the text context is the instruction's
 embeddings (padding zeroed, nothing masked) followed by the proprio token, projected by each expert's own
@@ -19,24 +20,23 @@ as in our MoT. Timesteps are FastWAM's: sigma x ``num_train_timesteps`` (1000), 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from diffusers import AutoencoderKLWan
 from torch import nn
-from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
+from transformers import UMT5EncoderModel
 
 from agents.wam import wan_adapter as wan
-from agents.wam.attention import resolve_attention_backend
+from agents.wam.attention import ResolvedBackends
+from agents.wam.encoders import FrozenEncoders
 from agents.wam.fastwam.action_dit import FastWAMActionDiT
 from agents.wam.fastwam.config import FastWAMConfig
 from agents.wam.fastwam.embeddings import ProprioEncoder, timestep_features
 from agents.wam.fastwam.layers import KeysValues, action_layers, video_keys_values
 from agents.wam.fastwam.mask import block_mask
 from agents.wam.layers import LayerContext, mot_layer
-from agents.wam.precision import apply_precision, module_dtype, precision_scope
+from agents.wam.precision import apply_precision, module_dtype
 from agents.wam.wan_adapter import WanTransformer3DModel
 
 
@@ -72,7 +72,7 @@ class CallCache:
     video_kv: KeysValues | None = None
 
 
-class FastWAM(nn.Module):
+class FastWAM(FrozenEncoders):
     """Predicts an action chunk (and, jointly, the future latent frames) from one observation."""
 
     def __init__(
@@ -90,43 +90,22 @@ class FastWAM(nn.Module):
         self.transformer = transformer or build_transformer(config)
         self.action_expert = action_expert or build_action_expert(config)
         self.proprio_encoder = proprio_encoder or build_proprio_encoder(config)
-        self.vae = vae or AutoencoderKLWan(**config.vae.vae_kwargs())
-        te = config.text_encoder
-        self.tokenizer = tokenizer or ByT5Tokenizer()
-        self.text_encoder = text_encoder or UMT5EncoderModel(UMT5Config(
-            vocab_size=len(self.tokenizer), d_model=te.d_model, d_kv=te.d_kv, d_ff=te.d_ff,
-            num_layers=te.num_layers, num_heads=te.num_heads,
-        ))
+        self._init_encoders(vae, text_encoder, tokenizer)
         self._check_shapes()
-        self.vae.requires_grad_(False)
-        self.text_encoder.requires_grad_(False)
         self._apply_precision()
-        self._backends: dict[str, str] = {}
+        self._backends = ResolvedBackends()
         self.train(False)
-
-    def train(self, mode: bool = True) -> FastWAM:
-        """Train the experts; the frozen encoders stay in eval mode."""
-        super().train(mode)
-        self.vae.eval()
-        self.text_encoder.eval()
-        return self
 
     # ----------------------------------------------------------------- structure
     def _check_shapes(self) -> None:
         tc, ac = self.transformer.config, self.action_expert.config
         wan.check_video_expert(self.transformer)
-        expected = {
-            "transformer in_channels": (tc.in_channels, self.vae.config.z_dim),
-            "transformer text_dim": (tc.text_dim, self.text_encoder.config.d_model),
+        self._check_fit("FastWAM", self.transformer, {
             "action expert layers": (ac.num_layers, tc.num_layers),
             "action expert heads": (ac.num_attention_heads, tc.num_attention_heads),
             "action expert head size": (ac.attention_head_dim, tc.attention_head_dim),
             "proprio encoder width": (self.proprio_encoder.config.text_dim, tc.text_dim),
-        }
-        wrong = {name: pair for name, pair in expected.items() if pair[0] != pair[1]}
-        if wrong:
-            detail = ", ".join(f"{name} is {got}, needs {want}" for name, (got, want) in wrong.items())
-            raise ValueError(f"FastWAM components do not fit together ({self.config.preset}): {detail}")
+        })
 
     def projector_modules(self) -> list[nn.Module]:
         """Input/output projections and condition embedders (the ``projectors`` precision group)."""
@@ -139,56 +118,15 @@ class FastWAM(nn.Module):
             apply_precision(expert, p.backbone)  # the blocks, and the parameters outside every module group
         for module in self.projector_modules():
             apply_precision(module, p.projectors)
-        apply_precision(self.text_encoder, p.text_encoder)
-        apply_precision(self.vae, p.vae)
+        self._apply_encoder_precision()
 
     @property
     def device(self) -> torch.device:
         return wan.parameter_device(self.transformer)
 
-    @contextmanager
-    def _precision(self, group: str):
-        mode = getattr(self.config.encoder_mode, group)
-        with precision_scope(mode, self.device):
-            yield module_dtype(mode)
-
     def attention_backend(self) -> str:
-        kind = self.device.type
-        if kind not in self._backends:
-            self._backends[kind] = resolve_attention_backend(self.config.backbone.attention_backend, self.device)
-        return self._backends[kind]
-
-    # ----------------------------------------------------------------- encoders
-    @torch.no_grad()
-    def encode_prompt(self, prompts: Sequence[str]) -> torch.Tensor:
-        """(B, max_length, text_dim): positions past each prompt are zero and stay visible to the
-        experts' cross-attention (FastWAM zeroes the padding and masks nothing, in training and inference)."""
-        tokens = self.tokenizer(list(prompts), padding="max_length", max_length=self.config.text_encoder.max_length,
-                                truncation=True, return_tensors="pt").to(self.device)
-        with self._precision("text_encoder"):
-            hidden = self.text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask)
-        return hidden.last_hidden_state.float() * tokens.attention_mask[..., None]
-
-    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = (1, -1, 1, 1, 1)
-        return (torch.tensor(self.vae.config.latents_mean, device=like.device).view(shape),
-                torch.tensor(self.vae.config.latents_std, device=like.device).view(shape))
-
-    @torch.no_grad()
-    def encode_video(self, frames: torch.Tensor) -> torch.Tensor:
-        """Pixels (B, 3, T, H, W) in [-1, 1] -> normalised latents (the VAE's mean, as FastWAM takes it)."""
-        with self._precision("vae") as dtype:
-            latents = self.vae.encode(frames.to(dtype)).latent_dist.mode().float()
-        mean, std = self._latent_stats(latents)
-        return (latents - mean) / std
-
-    @torch.no_grad()
-    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """Normalised latents -> pixels (B, 3, T, H, W) in [-1, 1]."""
-        mean, std = self._latent_stats(latents)
-        with self._precision("vae") as dtype:
-            frames = self.vae.decode((latents * std + mean).to(dtype)).sample
-        return frames.float().clamp(-1, 1)
+        """The concrete attention kernel for this model's device (resolved and logged once)."""
+        return self._backends.on(self.config.backbone.attention_backend, self.device)
 
     # ----------------------------------------------------------------- conditioning
     def _text(self, text: torch.Tensor, state: torch.Tensor, cache: CallCache | None) -> tuple[torch.Tensor, torch.Tensor]:
