@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from wam_gym.utils.publish import atomic_write_text, recover_dir, remove_dir
+from wam_gym.utils.publish import atomic_write_text, recover_dir, remove_dir, remove_stale_locks
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,8 @@ def clean_leftovers(out: Path) -> list[str]:
     Step checkpoints stage in ``checkpoints/.step-*.staging``, deletions go through
     ``checkpoints/.deleting-*``, the final checkpoint stages in ``.checkpoint.staging-*`` and may
     be left renamed aside as ``.checkpoint.old`` (put back if ``checkpoint/`` is missing), and
-    atomic file writes leave ``.<name>.*.tmp``. None of them is ever read, and nothing but a
-    rerun would remove those a kill at the very end left."""
+    atomic file writes leave ``.<name>.*.tmp``, and a killed publish its ``.checkpoint.lock``. None of
+    them is ever read, and nothing but a rerun would remove those a kill at the very end left."""
     removed = []
     patterns = ("checkpoints/.step-*.staging*", "checkpoints/.deleting-*", ".checkpoint.staging-*", f".{RUN_CONFIG}.*.tmp",
                 ".train_config.resumed-*.json.*.tmp")
@@ -177,6 +177,7 @@ def clean_leftovers(out: Path) -> list[str]:
     if (out / ".checkpoint.old").exists():
         recover_dir(out / "checkpoint")  # back in place if the new one never arrived, else deleted
         removed.append(".checkpoint.old")
+    removed += remove_stale_locks(out)  # the final checkpoint's writer lock, if a kill kept it
     if removed:
         log.info("removed leftovers of an interrupted run in %s: %s", out, removed)
     return removed

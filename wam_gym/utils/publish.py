@@ -121,6 +121,23 @@ def _acquire(lock: Path, target: Path) -> int:
     return fd
 
 
+def remove_stale_locks(directory: str | os.PathLike) -> list[str]:
+    """Delete the ``.<name>.lock`` files in ``directory`` that no writer holds (a killed writer's); their names."""
+    removed = []
+    for lock in Path(directory).glob(".*.lock"):
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # held: a writer is at work
+        else:
+            lock.unlink(missing_ok=True)
+            removed.append(lock.name)
+        finally:
+            os.close(fd)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty hidden staging directory; on a clean exit it is published as ``path``.

@@ -58,16 +58,17 @@ class FastWAMConfig(ModelConfig):
     """Everything that fixes a FastWAM's weights and input geometry."""
 
     preset: str = "fastwam_tiny"  # the preset this config started from
+    # the video expert (diffusers WanTransformer3DModel keyword arguments)
     backbone: BackboneConfig = field(default_factory=lambda: BackboneConfig(
         num_attention_heads=2, attention_head_dim=32, in_channels=6, out_channels=6, text_dim=32, freq_dim=32,
         ffn_dim=128, num_layers=2,
-    ))  # the video expert (diffusers WanTransformer3DModel keyword arguments)
-    action_expert: FastWAMActionConfig = field(default_factory=FastWAMActionConfig)
+    ))
+    action_expert: FastWAMActionConfig = field(default_factory=FastWAMActionConfig)  # the action DiT
     vae: VAEConfig = field(default_factory=lambda: VAEConfig(z_dim=6))  # pixels <-> latents
-    text_encoder: TextEncoderConfig = field(default_factory=lambda: TextEncoderConfig(max_length=10))
+    text_encoder: TextEncoderConfig = field(default_factory=lambda: TextEncoderConfig(max_length=10))  # UMT5, frozen
     encoder_mode: PrecisionConfig = field(default_factory=PrecisionConfig)  # per-module precision
-    video_schedule: FlowScheduleConfig = field(default_factory=FlowScheduleConfig)
-    action_schedule: FlowScheduleConfig = field(default_factory=lambda: FlowScheduleConfig(3.0, 3.0))
+    video_schedule: FlowScheduleConfig = field(default_factory=FlowScheduleConfig)  # the video latents' noise levels
+    action_schedule: FlowScheduleConfig = field(default_factory=lambda: FlowScheduleConfig(3.0, 3.0))  # the actions'
     cameras: tuple[str, ...] = ("agentview", "robot0_eye_in_hand")  # observation cameras, side by side
     image_size: tuple[int, int] = (32, 32)  # per camera (H, W)
     state_dim: int = 8  # proprio size: one linear map makes it a text-context token
