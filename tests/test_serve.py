@@ -421,3 +421,17 @@ def test_eval_of_the_served_model_equals_eval_in_process(wam_server, tiny_ckpt, 
     local = in_process_records
     assert [(r.trial, r.steps, r.success) for r in remote] == [(r.trial, r.steps, r.success) for r in local]
     np.testing.assert_allclose([r.reward for r in remote], [r.reward for r in local], rtol=1e-3)
+
+
+def test_the_api_key_can_come_from_the_environment_and_stays_off_every_command_line(tmp_path):
+    """SERVE.api_key=s3cret on the command line is readable by anyone on the machine (ps); OmegaConf's
+    ${oc.env:...} reads it from the server's environment instead (issue 39, class 7): the key gates the
+    server as before, and no process of the server's tree shows it in its argv or its log."""
+    with serving(tmp_path, "EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_gated",
+                 "SERVE.cameras=[cam]", "SERVE.api_key=${oc.env:WAM_GYM_API_KEY}",
+                 env={"WAM_GYM_API_KEY": "s3cret", "WAM_TEST_GATE": str(tmp_path)}) as (port, process, log):
+        assert http(port, "/stats")[0] == 401
+        assert http(port, "/stats", {"Authorization": "Api-Key s3cret"})[0] == 200
+        tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+        assert len(tree) >= 2 and not any("s3cret" in " ".join(p.cmdline()) for p in tree)
+    assert "s3cret" not in log.read_text()
