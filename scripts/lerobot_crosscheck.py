@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from training.data.lerobot import DatasetError, ImageStats, LeRobotDataset, vector_stats  # noqa: E402
 from training.data.lerobot.convert import convert  # noqa: E402
+from training.data.lerobot.video import time_errors  # noqa: E402
 from training.datasets import check  # noqa: E402
 from wam_gym.utils.video import frame_times, write_mp4  # noqa: E402
 
@@ -58,11 +59,7 @@ def our_digests(root: Path) -> dict[str, list[str]]:
 def largest_time_error_ms(root: Path) -> float:
     """The largest |presentation time - frame / fps| over every frame of every video file (our tools)."""
     fps = float(json.loads((root / "meta/info.json").read_text())["fps"])
-    worst = 0.0
-    for path in sorted((root / "videos").rglob("*.mp4")):
-        times = frame_times(path)
-        worst = max(worst, float(np.abs(times - np.arange(len(times)) / fps).max()))
-    return worst * 1e3
+    return 1e3 * max(float(np.abs(time_errors(frame_times(p), fps)).max()) for p in (root / "videos").rglob("*.mp4"))
 
 
 def write_v21(src: Path, dst: Path) -> None:

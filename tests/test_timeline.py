@@ -18,6 +18,7 @@ from tests.conftest import load_script
 from training.collect import main as collect
 from training.data import DatasetError, DatasetWriter, LeRobotDataset
 from training.data.lerobot.convert import convert
+from training.data.lerobot.video import time_errors
 from training.datasets import check
 from wam_gym.utils.video import concat_mp4, frame_times, write_mp4
 
@@ -41,8 +42,7 @@ def join_as_lerobot_does(parts: list[Path], out: Path) -> Path:
 
 
 def _largest_error_s(path: Path, fps: float) -> float:
-    times = frame_times(path)
-    return float(np.abs(times - np.arange(len(times)) / fps).max())
+    return float(np.abs(time_errors(frame_times(path), fps)).max())
 
 
 @pytest.fixture(scope="module")

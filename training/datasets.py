@@ -43,7 +43,7 @@ from training.data.lerobot.layout import (
     REPAIR_HINT,
     TIMESTAMP_TOLERANCE_S,
 )
-from training.data.lerobot.video import DEFAULT_GOP, decode_timed, off_grid
+from training.data.lerobot.video import DEFAULT_GOP, decode_timed, off_grid, time_errors
 
 # info.json dtype names -> the numpy kinds a data column of that dtype may hold
 _KINDS = {"float32": "f", "float64": "f", "int64": "iu", "int32": "iu", "bool": "b"}
@@ -159,7 +159,7 @@ def _check_timeline(ds: LeRobotDataset, path: Path, times: np.ndarray, spans: li
     j = int(bad[0])
     ep, first = next(((e, lo) for lo, hi, e in spans if lo <= j < hi), (None, 0))
     where = f"episode {ep} frame {j - first} (frame {j} of the file)" if ep is not None else f"frame {j}"
-    drift = (times[bad] - bad / fps) * 1e3
+    drift = time_errors(times, fps) * 1e3
     raise DatasetError(f"{path}: {where} is at {times[j]:.6f} s, not {j / fps:.6f} s (frame / fps): {len(bad)} of "
                        f"{len(times)} frames are off by more than LeRobot's {TIMESTAMP_TOLERANCE_S:g} s (up to "
                        f"{np.abs(drift).max():.2f} ms), so readers that seek by time get neighbouring frames; repair "

@@ -94,28 +94,26 @@ def concat_mp4(path: str | os.PathLike, parts: Sequence[str | os.PathLike], fps:
 
     path = Path(path)
     rate = _rate(fps)
-    delays = [_decoder_delay(part, rate) for part in parts]
-    with _open(parts[0]) as first:
-        timescale = str(first.streams.video[0].time_base.denominator)
+    timings = [_timing(part, rate) for part in parts]
+    time_base, tick, _ = timings[0]  # the joined file's, its first part's
+    delay = max(part_delay for _, _, part_delay in timings)
     with (atomic_path(path, suffix=".tmp.mp4") as tmp,
-          av.open(str(tmp), "w", format="mp4", options={"movie_timescale": timescale}) as out):
+          av.open(str(tmp), "w", format="mp4", options={"movie_timescale": str(time_base.denominator)}) as out):
         stream = None
         before = 0  # frames of the parts already joined
-        for part, delay in zip(parts, delays):
+        for part, (_, tick_in, part_delay) in zip(parts, timings):
             with _open(part) as source:
                 video = source.streams.video[0]
                 if stream is None:
                     stream = out.add_stream_from_template(video)
-                    stream.time_base = video.time_base
-                    time_base, tick = video.time_base, _ticks_per_frame(video.time_base, rate, part)
-                tick_in = _ticks_per_frame(video.time_base, rate, part)
+                    stream.time_base = time_base
                 frames = 0
                 for packet in source.demux(video):
                     if packet.pts is None:  # the demuxer's empty end-of-stream packet
                         continue
                     # dts run ahead of pts by the encoder's reordering delay; every part's are moved back to the
                     # largest delay among them, so decoding order stays increasing across the joins.
-                    dts = before + round(packet.dts / tick_in) - (max(delays) - delay)
+                    dts = before + round(packet.dts / tick_in) - (delay - part_delay)
                     pts = before + round(packet.pts / tick_in)
                     packet.stream = stream
                     packet.time_base = time_base
@@ -127,7 +125,7 @@ def concat_mp4(path: str | os.PathLike, parts: Sequence[str | os.PathLike], fps:
 
 
 def _rate(fps: float) -> Fraction:
-    """``fps`` as an exact ratio (29.97 -> 30000/1001)."""
+    """``fps`` as an exact ratio (29.97 -> 2997/100, 30000/1001 stays itself)."""
     if not fps or fps <= 0:
         raise ValueError(f"fps must be positive, got {fps!r}")
     return Fraction(fps).limit_denominator(1001)
@@ -151,12 +149,13 @@ def _ticks_per_frame(time_base: Fraction, rate: Fraction, path: str | os.PathLik
     return int(tick)
 
 
-def _decoder_delay(path: str | os.PathLike, rate: Fraction) -> int:
-    """How many frames a file's decoding timestamps start before its first presentation time."""
+def _timing(path: str | os.PathLike, rate: Fraction) -> tuple[Fraction, int, int]:
+    """A file's time base, the ticks of it one frame lasts, and how many frames its decoding timestamps
+    start before its first presentation time (the encoder's reordering delay)."""
     with _open(path) as source:
         video = source.streams.video[0]
         tick = _ticks_per_frame(video.time_base, rate, path)
-        return max([0, *(-round(p.dts / tick) for p in source.demux(video) if p.dts is not None)])
+        return video.time_base, tick, max([0, *(-round(p.dts / tick) for p in source.demux(video) if p.dts is not None)])
 
 
 @contextmanager

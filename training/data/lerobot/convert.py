@@ -35,7 +35,7 @@ from training.data.lerobot import validate
 from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, TIMESTAMP_TOLERANCE_S, DatasetError, camera_of
 from training.data.lerobot.reader import LeRobotDataset, decode_image, image_bytes
 from training.data.lerobot.tables import column_matrix
-from training.data.lerobot.video import decode_timed, off_grid
+from training.data.lerobot.video import decode_timed, off_grid, time_errors
 from training.data.lerobot.writer import DatasetWriter
 from wam_gym.utils.publish import atomic_dir
 
@@ -108,7 +108,7 @@ class Timeline:
         bad = off_grid(times, self.fps, first)
         if not len(bad):
             return
-        drift = float(np.abs(times[bad] - (first + bad) / self.fps).max()) * 1e3
+        drift = float(np.abs(time_errors(times, self.fps, first)).max()) * 1e3
         entry = self.drifted.setdefault(str(path.relative_to(self.root)), {"frames": 0, "max_drift_ms": 0.0, "episodes": []})
         entry["frames"] += len(bad)
         entry["max_drift_ms"] = round(max(entry["max_drift_ms"], drift), 3)
@@ -271,9 +271,10 @@ class _V21:
 
     def _frames(self, table, camera: str, ep: int, length: int) -> np.ndarray:
         key = self.keys[camera]
+        path, times = None, []
         if self.info["features"][key]["dtype"] == "image":
-            frames = np.stack([decode_image(data, f"episode {ep} {key} frame {i}")
-                               for i, data in enumerate(image_bytes(table, key, f"episode {ep}'s data file"))])
+            frames = [decode_image(data, f"episode {ep} {key} frame {i}")
+                      for i, data in enumerate(image_bytes(table, key, f"episode {ep}'s data file"))]
         else:
             path = self._path("video_path", ep, video_key=key)
             if not path.is_file():
@@ -283,12 +284,13 @@ class _V21:
                     timed = list(decoded)
             except ValueError as exc:
                 raise DatasetError(f"episode {ep}: {key}'s video {path.relative_to(self.root)} does not decode ({exc})") from None
-            frames = np.stack([frame for _, frame in timed]) if timed else np.zeros((0, 1, 1, 3), np.uint8)
-            self.timeline.add(path, np.array([t for t, _ in timed[:length]]), 0, ep)
+            times, frames = [t for t, _ in timed], [frame for _, frame in timed]
         if len(frames) != length:  # more frames than rows: which ones are the episode's is anyone's guess
             raise DatasetError(f"episode {ep}: {key} has {len(frames)} frames, the episode {length} (its data file's rows "
                                f"and meta/episodes.jsonl); {validate.FIX_AT_SOURCE}")
-        return frames
+        if path is not None:
+            self.timeline.add(path, np.array(times), 0, ep)
+        return np.stack(frames)
 
 
 def _span(indices: list[int]) -> str:

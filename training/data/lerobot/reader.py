@@ -42,6 +42,7 @@ class LeRobotDataset:
         self.root = Path(root).expanduser()
         self.cache_episodes = int(cache_episodes)
         self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
+        self._video_files: dict[tuple[str, int, int], Path] = {}  # (feature, chunk, file) -> its path, inside root
         hint = COLLECT_HINT.format(root=self.root)
         if not self.root.is_dir():
             raise DatasetError(f"no dataset at {self.root}: the directory does not exist. Collect one with: {hint}")
@@ -130,10 +131,12 @@ class LeRobotDataset:
 
     def _video_path(self, camera: str, ep: int) -> Path:
         key = self._keys[camera]
-        template = self._info.get("video_path") or VIDEO_PATH
-        chunk = int(self._meta[f"videos/{key}/chunk_index"][ep])
-        file = int(self._meta[f"videos/{key}/file_index"][ep])
-        return validate.path_in(self.root, template, "video_path", video_key=key, chunk_index=chunk, file_index=file)
+        where = (key, int(self._meta[f"videos/{key}/chunk_index"][ep]), int(self._meta[f"videos/{key}/file_index"][ep]))
+        if where not in self._video_files:  # checked once per file: many episodes share one, and every read asks
+            template = self._info.get("video_path") or VIDEO_PATH
+            self._video_files[where] = validate.path_in(self.root, template, "video_path", video_key=key,
+                                                        chunk_index=where[1], file_index=where[2])
+        return self._video_files[where]
 
     def _load_data(self, hint: str) -> None:
         pairs = list(dict.fromkeys(zip(self._meta["data/chunk_index"].tolist(), self._meta["data/file_index"].tolist())))

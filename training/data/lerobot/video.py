@@ -22,7 +22,8 @@ from wam_gym.utils.video import concat_mp4, decode_timed, read_mp4, stream_info,
 
 DEFAULT_GOP = 10  # frames between keyframes in a dataset's videos (LeRobot encodes g=2: larger files, slower episodes)
 
-__all__ = ["Mp4Stream", "TimelineError", "decode_timed", "off_grid", "read_mp4", "read_span", "stream_info"]
+__all__ = ["Mp4Stream", "TimelineError", "decode_timed", "off_grid", "read_mp4", "read_span", "stream_info",
+           "time_errors"]
 
 
 class Mp4Stream:
@@ -157,10 +158,14 @@ class TimelineError(ValueError):
         super().__init__(f"{path}: frame {frame} should be at {expected:.6f} s (frame / fps), {where}")
 
 
+def time_errors(times: np.ndarray, fps: float, first: int = 0) -> np.ndarray:
+    """Each frame's presentation time minus where it belongs, ``(first + i) / fps``, in seconds."""
+    return np.asarray(times, dtype=np.float64) - (first + np.arange(len(times))) / float(fps)
+
+
 def off_grid(times: np.ndarray, fps: float, first: int = 0) -> np.ndarray:
     """Indices ``i`` whose time is not ``(first + i) / fps`` within LeRobot's tolerance."""
-    expected = (first + np.arange(len(times))) / float(fps)
-    return np.flatnonzero(np.abs(np.asarray(times, dtype=np.float64) - expected) > TIMESTAMP_TOLERANCE_S)
+    return np.flatnonzero(np.abs(time_errors(times, fps, first)) > TIMESTAMP_TOLERANCE_S)
 
 
 def read_span(path: Path, start: int, length: int, fps: float) -> np.ndarray:
