@@ -2,8 +2,10 @@
 conversion scripts). Their file is read with ``torch.load(weights_only=True)`` only; every key is mapped
 (agents/wam/fastwam/layout.py) and a missing, unexpected or mis-shaped one stops the conversion, named.
 
-    # their .pt -> our directory (wam_config.json, transformer/, action_expert/, proprio_encoder/; safetensors)
-    python scripts/convert_fastwam_checkpoint.py to-ours libero_fastwam.pt checkpoints/fastwam-libero
+    # their .pt -> our directory (wam_config.json, transformer/, action_expert/, proprio_encoder/; safetensors),
+    # with their dataset_stats.json and, from a Wan2.2-TI2V-5B diffusers folder, the VAE, UMT5 and tokenizer
+    python scripts/convert_fastwam_checkpoint.py to-ours libero_fastwam.pt checkpoints/fastwam-libero \
+        --encoders /data/Wan2.2-TI2V-5B-Diffusers
     # our directory -> their .pt (their FastWAM.load_checkpoint reads it)
     python scripts/convert_fastwam_checkpoint.py to-theirs checkpoints/fastwam-libero fastwam_finetuned.pt --step 1000
     # what a .pt or a directory holds: keys, the architecture they imply, parameters
@@ -11,7 +13,7 @@ conversion scripts). Their file is read with ``torch.load(weights_only=True)`` o
 
 ``--preset`` picks the shapes to check against (``fastwam``: the released LIBERO model; ``fastwam_tiny``);
 the action and proprio sizes come from the checkpoint. The VAE, UMT5 and tokenizer are not in their file:
-load the converted directory with ``load_fastwam(dir, encoders_from=<Wan2.2-TI2V-5B-Diffusers folder>)``.
+``--encoders`` copies them in (else ``load_fastwam(dir, encoders_from=<Wan2.2-TI2V-5B-Diffusers folder>)``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,14 @@ def describe(flat: dict) -> list[str]:
     return lines
 
 
+def their_stats(checkpoint: Path) -> Path | None:
+    """Their dataset_stats.json where their evaluation looks for it: beside the checkpoint or in a folder above."""
+    for folder in list(checkpoint.resolve().parents)[:4]:
+        if (folder / "dataset_stats.json").is_file():
+            return folder / "dataset_stats.json"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     ours.add_argument("source", type=Path)
     ours.add_argument("target", type=Path)
     ours.add_argument("--preset", default="fastwam", choices=sorted(PRESETS))
+    ours.add_argument("--stats", type=Path, default=None,
+                      help="their dataset_stats.json (default: one beside the .pt or up to three folders above it)")
+    ours.add_argument("--encoders", type=Path, default=None,
+                      help="a Wan2.2-TI2V-5B diffusers folder: its vae/, text_encoder/, tokenizer/ are copied in")
     theirs = sub.add_parser("to-theirs", help="our checkpoint directory -> their .pt")
     theirs.add_argument("source", type=Path)
     theirs.add_argument("target", type=Path)
@@ -71,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "to-ours":
-        target = convert_their_checkpoint(args.source, args.target, preset(args.preset))
+        stats = args.stats or their_stats(args.source)
+        target = convert_their_checkpoint(args.source, args.target, preset(args.preset), stats, args.encoders)
+        if stats is None:
+            print("no dataset_stats.json found beside it: pass --stats, or EVALUATION.dataset_stats_path when evaluating")
         print(f"wrote {target}")
     elif args.command == "to-theirs":
         target = write_their_checkpoint(read_our_checkpoint(args.source), args.target, step=args.step)

@@ -9,6 +9,7 @@ builds (agents/policy.py). The factories are module-level functions bound with
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 from agents.policy import build_policy
@@ -20,10 +21,13 @@ SERVED_AGENTS = ("wam", "python")  # the agents whose model calls go through the
 def checkpoint_policy(
     ckpt: str, inference, dataset_stats_path: str | None, prompt_cache_size: int, overrides: dict, device: str
 ):
-    """Builds the WAM policy inside a model worker."""
-    from agents.wam.policy import WAMPolicy
+    """Builds the checkpoint's policy (its architecture's: agents/wam/architectures.py) inside a model worker."""
+    from agents.wam.architectures import architecture, policy_class
+    from agents.wam.checkpoint import CONFIG_FILE
 
-    return WAMPolicy.from_checkpoint(
+    config_file = Path(ckpt) / CONFIG_FILE
+    policy = policy_class(architecture(json.loads(config_file.read_text()), str(config_file)))
+    return policy.from_checkpoint(
         ckpt, inference, dataset_stats_path, device=device, prompt_cache_size=prompt_cache_size, **overrides
     )
 

@@ -33,6 +33,7 @@ from agents.wam.precision import module_dtype
 from wam_gym.utils.publish import atomic_dir, recover_dir
 
 CONFIG_FILE = "wam_config.json"
+STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training statistics
 COMPONENTS = {
     "transformer": WanTransformer3DModel,
     "action_expert": ActionExpert,

@@ -143,6 +143,11 @@ class ModelConfig:
         return 1 + self.num_future_frames // self.vae.scale_factor_temporal
 
     @property
+    def crops_frames(self) -> bool:
+        """Whether the model's input convention crops and scales every frame itself (any render size is then fine)."""
+        return False
+
+    @property
     def latent_size(self) -> tuple[int, int]:
         h, w = self.image_size
         s = self.vae.scale_factor_spatial

@@ -12,12 +12,14 @@ turns them into the nested config.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from agents.wam.compile import CompileConfig
 
 SAMPLERS = ("flow_euler", "unipc", "dpmpp", "ddim")
+MOT_SAMPLER, MOT_SHIFT = "unipc", 5.0  # what the MoT samples with when the config leaves name and shift null
 FUTURE_VIDEOS = ("sample", "expected")
 
 
@@ -27,21 +29,28 @@ class SamplerConfig:
 
     ``shift`` warps the schedule as ``s * u / (1 + (s - 1) * u)``: values above 1 spend
     more steps at high noise (Wan's default is 5.0); ``1.0`` means no shift.
+
+    ``name`` and ``shift`` left null are the model's own: the MoT's are ``unipc`` and 5.0
+    (:meth:`with_defaults`); a FastWAM steps with Euler on its schedules' shifts, as its own code does.
     """
 
-    name: str = "unipc"  # flow_euler | unipc | dpmpp | ddim (diffusers schedulers in flow mode)
+    name: str | None = None  # flow_euler | unipc | dpmpp | ddim (diffusers, flow mode); null: the model's own
     num_inference_steps: int = 10  # denoising steps: model calls per action chunk
-    shift: float = 5.0  # flow shift of the schedule; 1.0 = none, above 1 = more steps at high noise
+    shift: float | None = None  # flow shift; 1.0 = none, above 1 = more steps at high noise; null: the model's own
 
     def __post_init__(self) -> None:
-        if self.name not in SAMPLERS:
-            raise ValueError(f"unknown sampler {self.name!r}; choose one of {', '.join(SAMPLERS)}")
+        if self.name is not None and self.name not in SAMPLERS:
+            raise ValueError(f"unknown sampler {self.name!r}; choose one of {', '.join(SAMPLERS)}, or null")
         if not isinstance(self.num_inference_steps, int) or self.num_inference_steps < 1:
             raise ValueError(
                 f"num_inference_steps must be an int >= 1, got {self.num_inference_steps!r}"
             )
-        if not self.shift > 0:
-            raise ValueError(f"shift must be > 0 (1.0 = no shift), got {self.shift!r}")
+        if self.shift is not None and not self.shift > 0:
+            raise ValueError(f"shift must be > 0 (1.0 = no shift), or null, got {self.shift!r}")
+
+    def with_defaults(self, name: str, shift: float) -> SamplerConfig:
+        """This config with ``name`` and ``shift`` where it leaves them null."""
+        return dataclasses.replace(self, name=self.name or name, shift=shift if self.shift is None else self.shift)
 
 
 @dataclass

@@ -8,13 +8,17 @@ into the model's range, ``x' = (x - centre) / scale``:
 - ``mean_std``: both standardised;
 - ``min_max``: both mapped from [min, max] to [-1, 1];
 - ``quantiles``: both mapped from [q01, q99] to [-1, 1] (LeRobot's QUANTILES, pi0.5's default):
-  robust to the rare outliers that stretch min/max, and values beyond them stay beyond +-1.
+  robust to the rare outliers that stretch min/max, and values beyond them stay beyond +-1;
+- ``fastwam_min_max``: FastWAM's ``min/max`` (its LinearNormalizer): [min, max] to [-1, 1], a dimension
+  narrower than 1e-4 only shifted by its min, the normalised state clamped to [-5, 5].
 
 Each mode computes exactly what LeRobot 0.4.4's normalizer does, degenerate statistics included (a
 zero std or width; tests/fixtures/lerobot_normalization.json holds its outputs).
 
 A checkpoint's ``dataset_stats.json`` is the training dataset's statistics with the mode added
-(``"normalization"``), so evaluation un-normalises the way training normalised.
+(``"normalization"``), so evaluation un-normalises the way training normalised. FastWAM's own
+``dataset_stats.json`` (``{"state": {"default": {"global_min", ...}}, "action": {...}}``) reads as the
+same statistics in ``fastwam_min_max`` (:func:`from_fastwam_layout`).
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ import numpy as np
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 
 _EPS = 1e-8  # LeRobot's NormalizerProcessorStep eps: added to std, or standing in for a zero width
-MODES = ("mean_std", "min_max", "quantiles")
+MODES = ("mean_std", "min_max", "quantiles", "fastwam_min_max")
 MODE_KEY = "normalization"  # where a checkpoint's stats file records its mode
 _DEFAULT = {LEROBOT_STATE: "mean_std", LEROBOT_ACTION: "min_max"}  # normalization=null
-_NEEDS = {"mean_std": ("mean", "std"), "min_max": ("min", "max"), "quantiles": ("q01", "q99")}
+_NEEDS = {"mean_std": ("mean", "std"), "min_max": ("min", "max"), "quantiles": ("q01", "q99"),
+          "fastwam_min_max": ("min", "max")}
+_FASTWAM_RANGE_TOL = 1e-4  # their SingleFieldLinearNormalizer.range_tol: narrower dimensions are only shifted
+_STATE_CLAMP = {"fastwam_min_max": 5.0}  # their forward() clamps what it normalises to +-5
 
 
 def check_mode(mode: str | None) -> str | None:
@@ -52,6 +59,9 @@ def _affine(stats: Mapping[str, Any], mode: str, feature: str, source: str) -> t
     low, high = (np.asarray(stats[name], dtype=np.float64) for name in _NEEDS[mode])
     if mode == "mean_std":
         return low, high + _EPS
+    if mode == "fastwam_min_max":
+        narrow = high - low < _FASTWAM_RANGE_TOL
+        return np.where(narrow, low, (low + high) / 2), np.where(narrow, 1.0, (high - low) / 2)
     # LeRobot's 2 (x - low) / width - 1, with a width of exactly 0 (a constant dimension, such as a gripper
     # that never moves) taken as _EPS: its constant value maps to -1, as in LeRobot, not to 0.
     width = np.where(high - low == 0, _EPS, high - low)
@@ -93,6 +103,8 @@ class Normalizer:
         stats = json.loads(path.read_text())
         if not isinstance(stats, dict):
             raise ValueError(f"{path} is not a statistics file (a JSON object of features)")
+        if is_fastwam_layout(stats):
+            stats = from_fastwam_layout(stats, str(path))
         return cls.from_stats(stats, stats.get(MODE_KEY, mode), source=str(path))
 
     @staticmethod
@@ -123,7 +135,10 @@ class Normalizer:
     def normalize_state(self, state: np.ndarray) -> np.ndarray:
         if self.identity:
             return state.astype(np.float32)
-        return ((state - self.state_centre) / self.state_scale).astype(np.float32)
+        normalized = (state - self.state_centre) / self.state_scale
+        if self.mode in _STATE_CLAMP:
+            normalized = np.clip(normalized, -_STATE_CLAMP[self.mode], _STATE_CLAMP[self.mode])
+        return normalized.astype(np.float32)
 
     def unnormalize_state(self, state: np.ndarray) -> np.ndarray:
         if self.identity:
@@ -139,6 +154,30 @@ class Normalizer:
         if self.identity:
             return actions.astype(np.float32)
         return (actions * self.action_scale + self.action_centre).astype(np.float32)
+
+
+def is_fastwam_layout(stats: Mapping[str, Any]) -> bool:
+    """Whether a statistics file is FastWAM's (``state`` and ``action`` groups of named fields)."""
+    return LEROBOT_STATE not in stats and all(isinstance(stats.get(group), Mapping) for group in ("state", "action"))
+
+
+def from_fastwam_layout(stats: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """FastWAM's ``dataset_stats.json`` -> LeRobot's layout, mode ``fastwam_min_max`` (their LIBERO default).
+
+    Theirs: ``{"state": {<key>: {"global_min", "global_max", "global_mean", "global_std", "global_q01", ...,
+    "stepwise_min", ...}}, "action": {...}}``, one key per group for a merged state and action (LIBERO's
+    ``default``). The global statistics are what their processor normalises with (``use_stepwise_action_norm``
+    false, as in their LIBERO config)."""
+    converted = {}
+    for group, feature in (("state", LEROBOT_STATE), ("action", LEROBOT_ACTION)):
+        keys = sorted(stats[group])
+        if len(keys) != 1:
+            raise ValueError(f"{source}: FastWAM statistics with {group} keys {keys}: wam_gym reads one merged "
+                             f"{group} (their LIBERO and RoboTwin configs' 'default'); merge them before training")
+        fields = stats[group][keys[0]]
+        converted[feature] = {name.removeprefix("global_"): value for name, value in fields.items()
+                              if name.startswith("global_")}
+    return {**converted, MODE_KEY: "fastwam_min_max"}
 
 
 def unit_stats(state_dim: int, action_dim: int) -> dict[str, dict[str, list[float]]]:

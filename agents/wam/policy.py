@@ -16,16 +16,16 @@ import numpy as np
 import torch
 
 from agents.policy import Prediction
+from agents.wam.checkpoint import STATS_FILE  # noqa: F401 (re-exported)
 from agents.wam.compile import compile_module
 from agents.wam.frames import model_frames, video_to_uint8
-from agents.wam.inference_config import InferenceConfig
+from agents.wam.inference_config import InferenceConfig, SamplerConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
 from agents.wam.sampling import FlowSampler
 from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size, select_rows
 
 logger = logging.getLogger(__name__)
-STATS_FILE = "dataset_stats.json"  # a checkpoint's own copy of its training statistics
 
 
 class NonFiniteOutputError(RuntimeError):
@@ -44,7 +44,7 @@ class WAMPolicy:
         self.model = model.eval()
         self.config = config or InferenceConfig()
         self.normalizer = normalizer or Normalizer()
-        self.sampler = FlowSampler(self.config.sampler)
+        self.sampler = self._sampler(self.config.sampler)
         self.generator = torch.Generator().manual_seed(self.config.seed)
         self.prompt_cache = PromptCache(model, prompt_cache_size)
         compile_module(self.model, self.config.compile)
@@ -52,7 +52,7 @@ class WAMPolicy:
             self.warm_up()
         logger.info(
             "WAM policy: preset=%s sampler=%s steps=%d attention=%s video_mode=%s",
-            model.config.preset, self.config.sampler.name, self.config.sampler.num_inference_steps,
+            model.config.preset, self.sampler.config.name, self.config.sampler.num_inference_steps,
             model.attention_backend(), model.config.video_mode,
         )
 
@@ -62,9 +62,7 @@ class WAMPolicy:
         device: str = "cpu", prompt_cache_size: int = 64, **model_overrides: Any,
     ) -> WAMPolicy:
         """Load a checkpoint; statistics from ``dataset_stats_path``, else the checkpoint's own."""
-        from agents.wam.checkpoint import load_pretrained
-
-        model = load_pretrained(path, **model_overrides).to(device)
+        model = cls._load_model(path, **model_overrides).to(device)
         stats = dataset_stats_path or (Path(path) / STATS_FILE)
         # The mode training recorded in the checkpoint's stats file, whichever statistics are given.
         mode = Normalizer.recorded_mode(Path(path) / STATS_FILE)
@@ -72,6 +70,17 @@ class WAMPolicy:
         if normalizer is None:
             logger.warning("%s has no %s and no dataset_stats_path was given: actions are not unnormalised", path, STATS_FILE)
         return cls(model, config, normalizer, prompt_cache_size)
+
+    @staticmethod
+    def _load_model(path: str | Path, **overrides: Any) -> MoTWAM:
+        from agents.wam.checkpoint import load_pretrained
+
+        return load_pretrained(path, **overrides)
+
+    @staticmethod
+    def _sampler(config: SamplerConfig) -> FlowSampler:
+        """What steps the model from noise to data (null name and shift: the MoT's own)."""
+        return FlowSampler(config)
 
     @property
     def action_horizon(self) -> int:
@@ -92,7 +101,12 @@ class WAMPolicy:
                 f"observation lacks camera(s) {missing} (has {sorted(pixels)}); the model was trained on "
                 f"cameras={list(cfg.cameras)}: make the env with those cameras"
             )
-        return model_frames(pixels, cfg.cameras, cfg.image_size, batch, self.model.device)[:, :, None]
+        return self._tiled(pixels, batch)[:, :, None]
+
+    def _tiled(self, pixels: Mapping[str, Any], batch: int) -> torch.Tensor:
+        """The cameras' images as one (B, 3, H, W * cameras) picture in [-1, 1]."""
+        cfg = self.model.config
+        return model_frames(pixels, cfg.cameras, cfg.image_size, batch, self.model.device)
 
     def _state(self, state: Any, batch: int) -> torch.Tensor:
         state = np.asarray(state)
@@ -104,12 +118,16 @@ class WAMPolicy:
             )
         return torch.from_numpy(self.normalizer.normalize_state(state)).to(self.model.device)
 
-    @staticmethod
-    def _instructions(instruction: Any, batch: int) -> list[str]:
+    def _instructions(self, instruction: Any, batch: int) -> list[str]:
+        """The prompts the text encoder reads: the instructions (a subclass may template them)."""
         texts = [instruction] if isinstance(instruction, str) else list(instruction)
         if len(texts) != batch or not all(isinstance(t, str) for t in texts):
             raise ValueError(f"instruction must be {batch} string(s), got {instruction!r}")
         return texts
+
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Un-normalised actions -> what the env is sent (a subclass may convert them)."""
+        return actions
 
     # ----------------------------------------------------------------- call
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Prediction:
@@ -155,7 +173,7 @@ class WAMPolicy:
     def _predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None) -> Prediction:
         current, state, text = self._condition(obs, _rows(obs))
         x0 = self.sample(current, state, text, noise_seeds)
-        actions = self.normalizer.unnormalize_actions(x0["action"].cpu().numpy())
+        actions = self._env_actions(self.normalizer.unnormalize_actions(x0["action"].cpu().numpy()))
         video = None
         if "video" in x0 and self.config.visualize_future_video:
             video = video_to_uint8(self.model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
@@ -208,12 +226,7 @@ class WAMPolicy:
         x0 = self.sampler.sample(denoise, noise)
         if expected:
             x0["video"] = expected[0]
-        for key, value in x0.items():
-            if not torch.isfinite(value).all():
-                raise NonFiniteOutputError(
-                    f"the model predicted non-finite {key} values (NaN/inf); no action was sent. Check the "
-                    "checkpoint, or run with model.encoder_mode.*=fp32 to rule out overflow"
-                )
+        check_finite(x0)
         if joint:
             x0["video"] = model.future_latents(current, x0["video"])
         return x0
@@ -225,6 +238,16 @@ class WAMPolicy:
             raise ValueError(f"{len(seeds)} noise seeds for a batch of {batch}")
         rows = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
         return {k: torch.stack([torch.randn(s, generator=g) for g in rows]).to(self.model.device) for k, s in shapes.items()}
+
+
+def check_finite(x0: Mapping[str, torch.Tensor]) -> None:
+    """Refuse a prediction holding NaN or inf: it must never reach an env."""
+    for key, value in x0.items():
+        if not torch.isfinite(value).all():
+            raise NonFiniteOutputError(
+                f"the model predicted non-finite {key} values (NaN/inf); no action was sent. Check the "
+                "checkpoint, or run with model.encoder_mode.*=fp32 to rule out overflow"
+            )
 
 
 class PromptCache:

@@ -24,7 +24,7 @@ from diffusers import (
     UniPCMultistepScheduler,
 )
 
-from agents.wam.inference_config import SAMPLERS, SamplerConfig  # noqa: F401 (SAMPLERS re-exported)
+from agents.wam.inference_config import MOT_SAMPLER, MOT_SHIFT, SAMPLERS, SamplerConfig  # noqa: F401 (SAMPLERS re-exported)
 
 # denoise(latents, sigma) -> velocity per key; sigma is a float32 0-d tensor on the noise device.
 Denoiser = Callable[[dict[str, torch.Tensor], torch.Tensor], Mapping[str, torch.Tensor]]
@@ -95,7 +95,7 @@ class FlowSampler:
     """
 
     def __init__(self, config: SamplerConfig | None = None) -> None:
-        self.config = config or SamplerConfig()
+        self.config = (config or SamplerConfig()).with_defaults(MOT_SAMPLER, MOT_SHIFT)
         self._template = _make_scheduler(self.config)
         probe = self._fresh(torch.device("cpu"))
         if isinstance(probe, DDIMScheduler):

@@ -39,20 +39,23 @@ def checkpoint_dir(ckpt: str | None) -> Path:
 
 
 def load_model_config(path: Path):
-    """The checkpoint's MoTConfig, with every field of the JSON checked against its type."""
+    """The checkpoint's config (a MoTConfig, or its architecture's), every field of the JSON checked against its type."""
+    from agents.wam.architectures import architecture, config_class
     from agents.wam.checkpoint import MissingCheckpointError
-    from agents.wam.config import MoTConfig
 
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise MissingCheckpointError(f"{path} is not readable JSON ({exc}): the checkpoint is truncated or "
                                      "corrupt; re-save it, or copy it again") from None
-    problem = type_problem(MoTConfig, data)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a model config (a JSON object); re-save the checkpoint")
+    config_type = config_class(architecture(data, str(path)))
+    problem = type_problem(config_type, {k: v for k, v in data.items() if k != "architecture"})
     if problem:
         raise ValueError(f"{path}: {problem}; fix that field, or re-save the checkpoint")
     try:
-        return MoTConfig.from_dict(data)
+        return config_type.from_dict(data)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: {exc}; fix the file, or re-save the checkpoint") from None
 
@@ -134,8 +137,8 @@ def check_image_size(env_kwargs: dict[str, Any], model, allow_resize: bool) -> b
     if "image_size" not in env_kwargs:
         return False
     size, expected = parse_image_size(env_kwargs["image_size"]), tuple(model.image_size)
-    if size == expected:
-        return False
+    if size == expected or model.crops_frames:
+        return False  # a model whose input convention crops and scales every frame takes any size
     if not allow_resize:
         raise ValueError(
             f"env_kwargs.image_size={list(size)} differs from the checkpoint's image_size {list(expected)}: its "

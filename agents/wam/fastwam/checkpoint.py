@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from diffusers import AutoencoderKLWan
 from transformers import AutoTokenizer, UMT5EncoderModel
 
 from agents.wam import wan_adapter as wan
-from agents.wam.checkpoint import CONFIG_FILE, MissingCheckpointError, _read_json, _require_dir, _require_weights
+from agents.wam.checkpoint import CONFIG_FILE, STATS_FILE, MissingCheckpointError, _read_json, _require_dir, _require_weights
 from agents.wam.fastwam.action_dit import FastWAMActionDiT
 from agents.wam.fastwam.config import FastWAMConfig, preset
 from agents.wam.fastwam.embeddings import ProprioEncoder
@@ -191,20 +192,42 @@ def from_their_checkpoint(
     return FastWAM(config, **denoiser, **encoders)
 
 
-def convert_their_checkpoint(path: str | Path, directory: str | Path, config: FastWAMConfig | None = None) -> Path:
+def convert_their_checkpoint(
+    path: str | Path, directory: str | Path, config: FastWAMConfig | None = None, stats: str | Path | None = None,
+    encoders_from: str | Path | None = None,
+) -> Path:
     """Their ``.pt`` -> our checkpoint directory (wam_config.json, transformer/, action_expert/,
-    proprio_encoder/; safetensors, in the checkpoint's own dtype). The VAE, UMT5 and tokenizer are not in
-    their file: :func:`load_fastwam` takes them from a Wan2.2-TI2V-5B diffusers folder."""
+    proprio_encoder/; safetensors, in the checkpoint's own dtype). ``stats``: their ``dataset_stats.json``,
+    kept as the directory's (evaluation un-normalises with it). ``encoders_from``: a Wan2.2-TI2V-5B diffusers
+    folder whose ``vae/``, ``text_encoder/`` and ``tokenizer/`` are copied in (their file has none), so the
+    directory is a whole model; else :func:`load_fastwam` takes them from such a folder when loading."""
     flat = read_their_checkpoint(path)
     config = fit_config(flat, config or preset("fastwam"))
     denoiser = _denoiser_on_meta(config, dtype=next(iter(flat.values())).dtype)
     _load_denoiser(denoiser, flat, config.preset)
+    sources = _encoder_folders(Path(encoders_from).expanduser()) if encoders_from else {}
+    if stats is not None and not Path(stats).is_file():
+        raise MissingCheckpointError(f"--stats {stats} is not a file; pass their dataset_stats.json (it ships "
+                                     "beside their checkpoint)")
     target = Path(directory)
     with atomic_dir(target) as staging:
         for name, module in denoiser.items():
             module.save_pretrained(str(staging / name), safe_serialization=True)
+        for name, folder in sources.items():
+            shutil.copytree(folder, staging / name)
+        if stats is not None:
+            shutil.copyfile(stats, staging / STATS_FILE)
         config.save(staging / CONFIG_FILE)
     return target
+
+
+def _encoder_folders(root: Path) -> dict[str, Path]:
+    """The encoder folders of a Wan2.2-TI2V-5B diffusers directory, each checked to hold safetensors weights."""
+    _require_dir(root, "encoders_from", "pass a local diffusers folder of Wan2.2-TI2V-5B (vae/, text_encoder/, tokenizer/)")
+    for name in ENCODERS:
+        _require_weights(root / name, root)
+    _require_dir(root / "tokenizer", "tokenizer folder", f"{root} lacks tokenizer/: copy the whole diffusers folder")
+    return {name: root / name for name in (*ENCODERS, "tokenizer")}
 
 
 def _load_encoders(root: Path, config: FastWAMConfig) -> dict:
@@ -244,11 +267,12 @@ def read_our_checkpoint(directory: str | Path) -> dict[str, torch.Tensor]:
             for key, value in _load(name, root / name, config).state_dict().items()}
 
 
-def load_fastwam(directory: str | Path, encoders_from: str | Path | None = None) -> FastWAM:
+def load_fastwam(directory: str | Path, encoders_from: str | Path | None = None, **overrides) -> FastWAM:
     """Load what :func:`save_fastwam` wrote. Encoders: the directory's own, else ``encoders_from``'s
-    (a Wan2.2-TI2V-5B diffusers folder), else random weights."""
+    (a Wan2.2-TI2V-5B diffusers folder), else random weights. ``overrides`` replace fields of the saved
+    config that change no weights (``video_mode``, ``encoder_mode``)."""
     root = Path(directory).expanduser()
-    config = _our_config(root)
+    config = dataclasses.replace(_our_config(root), **overrides)
     parts = {name: _load(name, root / name, config) for name in DENOISER}
     source = root if (root / "vae").is_dir() else (Path(encoders_from).expanduser() if encoders_from else None)
     if source is not None:

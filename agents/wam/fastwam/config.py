@@ -9,7 +9,8 @@ Presets:
     ``fastwam``       the released LIBERO model: 30 layers of 24 x 128 heads, video 3072 wide (ffn 14336,
                       48 latent channels), action DiT 1024 wide (ffn 4096); 128 text tokens + 1 proprio
                       token; 2 cameras of 224 x 224 side by side; 33 frames; 32 actions of 7; proprio 8;
-                      shift 5 for video and actions. Their evaluation runs 10 denoising steps.
+                      shift 5 for video and actions; their LIBERO input conventions (``fastwam_libero``,
+                      :mod:`agents.wam.fastwam.inputs`). Their evaluation runs 10 denoising steps.
     ``fastwam_tiny``  the same layout at 2 layers, 2 heads of 32, random weights: the size of the parity
                       fixture made with their code (tests/fixtures/fastwam, scripts/fastwam_reference.py).
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.wam.config import VIDEO_MODES, BackboneConfig, ModelConfig, TextEncoderConfig, VAEConfig, from_data
+from agents.wam.fastwam.inputs import FastWAMInputs, convention
 from agents.wam.precision import PrecisionConfig
 
 
@@ -76,11 +78,16 @@ class FastWAMConfig(ModelConfig):
     action_horizon: int = 8  # actions per chunk
     num_future_frames: int = 8  # predicted pixel frames after the current one (4 per latent frame)
     video_mode: str = "action_only"  # action_only: their infer_action (video K/V once per call); joint: infer_joint
+    inputs: FastWAMInputs = field(default_factory=FastWAMInputs)  # how observations and actions are read (inputs.py)
 
     def __post_init__(self) -> None:
         if self.video_mode not in VIDEO_MODES:
             raise ValueError(f"video_mode={self.video_mode!r}: choose one of {VIDEO_MODES}")
         self.vae.check_future_frames(self.num_future_frames, "num_future_frames")
+
+    @property
+    def crops_frames(self) -> bool:
+        return self.inputs.resize == "cover_crop"
 
     @property
     def text_tokens(self) -> int:
@@ -95,7 +102,7 @@ class FastWAMConfig(ModelConfig):
         groups = {
             "backbone": BackboneConfig, "action_expert": FastWAMActionConfig, "vae": VAEConfig,
             "text_encoder": TextEncoderConfig, "encoder_mode": PrecisionConfig,
-            "video_schedule": FlowScheduleConfig, "action_schedule": FlowScheduleConfig,
+            "video_schedule": FlowScheduleConfig, "action_schedule": FlowScheduleConfig, "inputs": FastWAMInputs,
         }
         return from_data(cls, {k: v for k, v in data.items() if k != "architecture"}, groups)
 
@@ -121,6 +128,7 @@ def _fastwam() -> FastWAMConfig:
         image_size=(224, 224),
         action_horizon=32,
         num_future_frames=32,
+        inputs=convention("fastwam_libero"),
     )
 
 

@@ -1,0 +1,121 @@
+"""How observations become a FastWAM's inputs, and its answers env actions: the conventions it was trained with.
+
+A checkpoint's conventions are part of it (``wam_config.json``'s ``"inputs"``), never a flag an evaluation
+can forget: a mirrored camera or a gripper of the wrong sign would silently lose most of a score.
+
+``wam_gym``
+    what ``python -m training`` feeds a model trained on wam_gym's datasets: upright frames resized as
+    :func:`agents.wam.frames.model_frames` resizes them, the instruction as it is, actions as they are.
+``fastwam_libero``
+    FastWAM's LIBERO release (their ``experiments/libero/eval_libero_single.py`` and ``libero_utils.py``, read
+    at commit 45d8e14): each camera mirrored left to right (their frames are robosuite's raw frames turned
+    180 degrees; robosuite's raw frame is our upright frame upside down, so theirs is ours mirrored), scaled
+    to cover ``image_size`` and centre-cropped (PIL bilinear, to uint8), cameras side by side, ``x * 2/255 - 1``;
+    the prompt ``A video recorded from a robot's point of view executing the following instruction: {task}``;
+    the gripper action from their dataset's 0 = closed, 1 = open to LIBERO's -1 = open, +1 = closed
+    (``-(2 g - 1)``), then its sign.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from agents.wam.frames import model_frames
+
+RESIZES = ("stretch", "cover_crop")
+GRIPPERS = ("as_is", "open_one_to_libero")
+
+
+@dataclass
+class FastWAMInputs:
+    """One input/output convention (see the module docstring for the named ones)."""
+
+    name: str = "wam_gym"  # the convention's name, which evaluation protocols check (fastwam_libero: their LIBERO eval)
+    mirror: bool = False  # mirror each camera left to right before anything else
+    # how a camera frame reaches image_size: stretch (model_frames: bilinear with antialiasing, in float) |
+    # cover_crop (PIL bilinear to cover it, centre crop, rounded to uint8: their _center_crop_resize)
+    resize: str = "stretch"
+    prompt_template: str = "{task}"  # the instruction becomes this, {task} replaced by it
+    # the action's last dimension: as_is | open_one_to_libero (their 0 closed / 1 open -> LIBERO's -1 open / +1 closed)
+    gripper: str = "as_is"
+    binarize_gripper: bool = False  # send only the gripper action's sign
+
+    def __post_init__(self) -> None:
+        if self.resize not in RESIZES:
+            raise ValueError(f"inputs.resize={self.resize!r}: choose one of {RESIZES}")
+        if self.gripper not in GRIPPERS:
+            raise ValueError(f"inputs.gripper={self.gripper!r}: choose one of {GRIPPERS}")
+        if "{task}" not in self.prompt_template:
+            raise ValueError(f"inputs.prompt_template={self.prompt_template!r} must contain {{task}}, where the "
+                             "instruction goes")
+
+    # ----------------------------------------------------------------- observation -> model
+    def frames(self, pixels: Mapping[str, Any], cameras: Sequence[str], image_size: Sequence[int], batch: int,
+               device: torch.device | str | None = None) -> torch.Tensor:
+        """uint8 (B, H, W, 3) per camera -> float32 (B, 3, h, w * cameras) in [-1, 1]."""
+        views = {camera: np.asarray(pixels[camera]) for camera in cameras}
+        if self.mirror:
+            views = {camera: image[:, :, ::-1] for camera, image in views.items()}
+        if self.resize == "stretch":
+            return model_frames(views, cameras, image_size, batch, device)
+        height, width = (int(s) for s in image_size)
+        tiled = np.stack([
+            np.concatenate([cover_crop(_image(views, camera, batch)[row], height, width) for camera in cameras], axis=1)
+            for row in range(batch)
+        ])
+        x = torch.from_numpy(tiled).to(device).permute(0, 3, 1, 2).float()
+        return x * (2.0 / 255.0) - 1.0
+
+    def prompts(self, instructions: Sequence[str]) -> list[str]:
+        return [self.prompt_template.format(task=text) for text in instructions]
+
+    # ----------------------------------------------------------------- model -> env
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Un-normalised actions (B, T, A) -> what the env is sent."""
+        actions = np.array(actions, dtype=np.float32)
+        if self.gripper == "open_one_to_libero":
+            actions[..., -1] = -(actions[..., -1] * 2 - 1)
+        if self.binarize_gripper:
+            actions[..., -1] = np.sign(actions[..., -1])
+        return actions
+
+
+def _image(views: Mapping[str, np.ndarray], camera: str, batch: int) -> np.ndarray:
+    image = views[camera]
+    if image.dtype != np.uint8 or image.ndim != 4 or image.shape[0] != batch or image.shape[-1] != 3:
+        raise ValueError(f"pixels/{camera} is {image.dtype} {image.shape}; the contract is uint8 (B, H, W, 3) with "
+                         f"B={batch} (0-255 RGB, as wam_gym envs return)")
+    return image
+
+
+def cover_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Scale ``image`` (H, W, 3) uint8 to cover (height, width) keeping its aspect (PIL bilinear), then
+    cut the centre out: one camera as FastWAM's LIBERO evaluation prepares it."""
+    source = Image.fromarray(np.ascontiguousarray(image))
+    scale = max(width / source.width, height / source.height)
+    scaled = source.resize((round(source.width * scale), round(source.height * scale)), resample=Image.BILINEAR)
+    left, top = max((scaled.width - width) // 2, 0), max((scaled.height - height) // 2, 0)
+    return np.asarray(scaled.crop((left, top, left + width, top + height)), dtype=np.uint8)
+
+
+CONVENTIONS = {
+    "wam_gym": FastWAMInputs(),
+    "fastwam_libero": FastWAMInputs(
+        name="fastwam_libero", mirror=True, resize="cover_crop",
+        prompt_template="A video recorded from a robot's point of view executing the following instruction: {task}",
+        gripper="open_one_to_libero", binarize_gripper=True,
+    ),
+}
+
+
+def convention(name: str) -> FastWAMInputs:
+    if name not in CONVENTIONS:
+        raise ValueError(f"unknown FastWAM input convention {name!r}; choose one of {sorted(CONVENTIONS)}")
+    return dataclasses.replace(CONVENTIONS[name])
