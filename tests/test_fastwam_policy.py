@@ -8,6 +8,8 @@ tests/suites/test_libero.py (``.venv-libero``).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -160,3 +162,32 @@ def test_an_unknown_architecture_is_named(tmp_path):
     (tmp_path / "wam_config.json").write_text(json.dumps({"architecture": "lingbot"}))
     with pytest.raises(ValueError, match="names architecture 'lingbot', which this wam_gym does not know"):
         preflight.load_model_config(tmp_path / "wam_config.json")
+
+
+def test_the_real_openpi_client_is_served_batched_answers(ckpt, policy, tmp_path):
+    """``python -m wam_gym.serve ckpt=<FastWAM>`` driven by openpi-client (its own venv): requests of several
+    connections share model calls, and each answer is the in-process policy's for that request's noise seed."""
+    from test_serve import OPENPI_VENV, TESTS, serving, stats
+
+    python = OPENPI_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no {python} (tests/test_serve.py's openpi_python fixture makes it)")
+    clients, calls, size = 4, 2, 64
+    with serving(tmp_path, f"ckpt={ckpt}", "EVALUATION.num_inference_steps=3", "MULTIRUN.inference_batch_size=4",
+                 "MULTIRUN.inference_batch_wait_ms=200") as (port, _, _):
+        subprocess.run([python, TESTS / "clients" / "openpi_driver.py", str(port), str(clients), str(calls),
+                        tmp_path / "answers.npz"], check=True, timeout=300,
+                       env={**os.environ, "DRIVER_STATE_DIM": "8", "DRIVER_IMAGE_SIZE": str(size)})
+        broker = stats(port)["broker"]
+    assert broker["requests"] == clients * calls and broker["requests"] / broker["batches"] > 1
+    with np.load(tmp_path / "answers.npz", allow_pickle=False) as answers:
+        for c in range(clients):
+            for k in range(calls):
+                row = {"pixels": {"agentview": answers[f"{c}_{k}_image"][None],
+                                  "robot0_eye_in_hand": answers[f"{c}_{k}_wrist_image"][None]},
+                       "state": answers[f"{c}_{k}_state"][None], "instruction": [f"task {c % 2}"]}
+                want = policy.predict(row, noise_seeds=[1000 * c + k]).actions[0]
+                got = answers[f"{c}_{k}_actions"]
+                assert got.shape == (8, 7) and set(np.unique(got[:, -1])) <= {-1.0, 1.0}
+                np.testing.assert_allclose(got[:, :-1], want[:, :-1], atol=1e-5)
+                assert (got[:, -1] == want[:, -1]).all()

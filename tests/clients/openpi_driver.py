@@ -1,12 +1,14 @@
 """Drives a policy server with the real openpi-client, from its own venv (.venv-openpi: numpy<2).
 
     python openpi_driver.py PORT CLIENTS CALLS OUT.npz [API_KEY]
+    DRIVER_STATE_DIM=8 DRIVER_IMAGE_SIZE=256 python openpi_driver.py ...   # another model's state and frames
 
 Starts CLIENTS threads at once, each its own ``WebsocketClientPolicy``; client c sends CALLS
 observations (images and state drawn from seed c, noise_seed 1000 * c + call). Saves what was
 sent and what came back, numeric arrays only (the test reads it without pickle).
 """
 
+import os
 import sys
 import threading
 
@@ -15,7 +17,7 @@ from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
 port, clients, calls, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 api_key = sys.argv[5] if len(sys.argv) > 5 else None
-size, state_dim = 64, 4
+size, state_dim = int(os.environ.get("DRIVER_IMAGE_SIZE", 64)), int(os.environ.get("DRIVER_STATE_DIM", 4))
 results, errors, barrier = {}, [], threading.Barrier(clients)
 
 
