@@ -30,6 +30,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 MW = "wam_gym/MetaWorld-pick-place-v3"
+LIBERO = "wam_gym/LIBERO-Spatial-v0:0"
 CLI_TIMEOUT_S = 300
 
 
@@ -657,6 +658,8 @@ def cases() -> list[Case]:
         Case("env-action-nan", step_env(np.array([0, np.nan, 0, 0], f32)), ValueError,
              r"action contains NaN or inf.*send finite actions", needs="metaworld"),
         Case("env-libero-init-state", libero_init_state, ValueError, r"init_state_id must be an int in 0\.\.49, got 50"),
+        Case("env-libero-bad-settle-steps", call("envs.libero.env:LiberoEnv", settle_steps=-1), ValueError,
+             r"LIBERO settle_steps must be an int >= 0 \(no-op steps after the init state is set; default 10\), got -1"),
         Case("env-metaworld-init-state", metaworld_init_state, ValueError,
              r"Meta-World has no init states \(reset got init_state_id=3\).*drop the option and pass reset\(seed=\.\.\.\)",
              needs="metaworld"),
@@ -755,6 +758,18 @@ def cases() -> list[Case]:
              r"Drop env_kwargs\.cameras \(the env then renders the checkpoint's\), or list all of them"),
         Case("eval-action-horizon-too-long", eval_wam(action_horizon=32), ValueError,
              r"EVALUATION\.action_horizon=32: the checkpoint predicts 1\.\.16 actions per call"),
+        Case("eval-unknown-protocol", call("wam_gym.eval.config:EvaluationConfig", protocol="fastwam"), ValueError,
+             r"EVALUATION\.protocol='fastwam' is not a known protocol: choose one of \['fastwam_libero'\], or null"),
+        Case("eval-protocol-conflict", eval_manager(tasks=(LIBERO,), protocol="fastwam_libero", seed=3), ValueError,
+             r"EVALUATION\.seed=3 conflicts with EVALUATION\.protocol=fastwam_libero, which fixes it to 42: drop the "
+             r"override, or drop EVALUATION\.protocol"),
+        Case("eval-protocol-other-suite", eval_manager(protocol="fastwam_libero"), ValueError,
+             r"EVALUATION\.protocol=fastwam_libero evaluates libero tasks, and wam_gym/MetaWorld-reach-v3 is a metaworld "
+             r"task: evaluate libero tasks \(benchmark=libero\), or drop EVALUATION\.protocol"),
+        Case("eval-protocol-ckpt-inputs", eval_wam(tasks=(LIBERO,), protocol="fastwam_libero"), ValueError,
+             r"EVALUATION\.protocol=fastwam_libero feeds the model by the input convention 'fastwam_libero', and "
+             r"ckpt=\S+ declares none \(inputs\.name in its wam_config\.json\): evaluate a checkpoint made with that "
+             r"convention .*, or drop EVALUATION\.protocol"),
         Case("eval-output-dir-is-file", output_dir_is_file, ValueError,
              r"EVALUATION\.output_dir=\S+ is a file, not a directory: pass a directory path"),
         Case("eval-output-dir-not-writable", read_only, ValueError,

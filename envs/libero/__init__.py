@@ -17,7 +17,7 @@ State (8,): end-effector position (3), axis-angle (3), gripper qpos (2), as open
 Pixels: ``agentview`` and ``robot0_eye_in_hand`` rendered upright by MuJoCo's renderer. LIBERO's own
 datasets store robosuite's raw (flipped) frames; policies trained on them need the matching flip.
 Episodes start from the task's shipped init states: ``reset(options={"init_state_id": i})``,
-else ``seed % n_init_states`` (seed None -> 0), then 10 no-op steps while objects settle.
+else ``seed % n_init_states`` (seed None -> 0), then ``settle_steps`` no-op steps (default 10) while objects settle.
 The fixtures' placement jitter, which init states leave out, is drawn from the init state id,
 so an init state fixes the whole scene.
 ``info["init_state_id"]`` on reset says which one. Success ends the episode (``terminated``).
@@ -63,6 +63,11 @@ _ASSET_HELP = (
     "assets (git clone https://github.com/Lifelong-Robot-Learning/LIBERO and pip install -e it: the assets "
     "live in libero/libero/assets) and point the 'assets' entry of $LIBERO_CONFIG_PATH/config.yaml at them"
 )
+
+
+def base_benchmark(name: str) -> str:
+    """The LIBERO benchmark name of suite ``name``'s base suite: ``Spatial`` and ``Pro-Spatial-Swap`` -> ``libero_spatial``."""
+    return _BASE_SUITES[name.split("-")[1] if name.startswith("Pro-") else name][0]
 
 
 def _id(name: str) -> str:

@@ -90,12 +90,17 @@ class LiberoEnv(SuiteEnv):
         cameras: Sequence[str] = DEFAULT_CAMERAS,
         image_size: int | Sequence[int] = 128,
         render_mode: str | None = None,
+        settle_steps: int = SETTLE_STEPS,
     ):
         if suite not in SUITES:
             raise ValueError(f"unknown LIBERO suite {suite!r}; known suites: {', '.join(SUITES)}")
         benchmark_name, n_tasks, _ = SUITES[suite]
         if not (isinstance(task_id, int) and 0 <= task_id < n_tasks):
             raise ValueError(f"LIBERO-{suite} task_id must be an int in 0..{n_tasks - 1}, got {task_id!r}")
+        if isinstance(settle_steps, bool) or not isinstance(settle_steps, (int, np.integer)) or settle_steps < 0:
+            raise ValueError(f"LIBERO settle_steps must be an int >= 0 (no-op steps after the init state is set; "
+                             f"default {SETTLE_STEPS}), got {settle_steps!r}")
+        self.settle_steps = int(settle_steps)
         from envs.rendering import MujocoCameras, select_gl_backend
 
         select_gl_backend()  # before mujoco is imported
@@ -142,7 +147,7 @@ class LiberoEnv(SuiteEnv):
             self._sim.reset()  # places the fixtures (cabinets, stoves), which init states omit
         _reset_gripper_commands(self._sim.robots)
         self._sim.set_init_state(self._init_states[self.init_state_id])
-        for _ in range(SETTLE_STEPS):
+        for _ in range(self.settle_steps):
             self._sim_obs, *_ = self._sim.step(_NOOP)
 
     def _sim_step(self, action: np.ndarray):

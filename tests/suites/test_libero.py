@@ -6,6 +6,7 @@ The main venv's pytest collects this file too: there only the tests named in SIM
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -27,7 +28,7 @@ SPATIAL = "wam_gym/LIBERO-Spatial-v0"
 UP = np.array([0, 0, 0.5, 0, 0, 0, -1], np.float32)  # +z at half scale, gripper open
 PRO = [n for n in SUITES if n.startswith("Pro-")]  # LIBERO-Pro's perturbed sets: Pro-<Base>-<Perturbation>
 HAS_LIBERO = importlib.util.find_spec("libero") is not None
-SIMULATOR_FREE = {"test_pro_ids_and_task_sets_resolve"}
+SIMULATOR_FREE = {"test_pro_ids_and_task_sets_resolve", "test_settle_steps_are_checked"}
 
 
 def _needs_libero() -> None:
@@ -191,6 +192,61 @@ def test_software_rendering_skips_shadows(spatial):
     spatial.reset(seed=0)
     quality = spatial.unwrapped._camera_rig.model.vis.quality
     assert quality.shadowsize == 0 and quality.offsamples == 0
+
+
+# ----------------------------------------------------------------- settle steps, EVALUATION.protocol=fastwam_libero
+def test_settle_steps_are_checked():
+    """Needs no simulator: refused before LIBERO is imported."""
+    for bad in (-1, 2.5, "30", True):
+        with pytest.raises(ValueError, match=rf"^LIBERO settle_steps must be an int >= 0 \(no-op steps after the "
+                                             rf"init state is set; default 10\), got {re.escape(repr(bad))}$"):
+            LiberoEnv(settle_steps=bad)
+
+
+def test_settle_steps_run_that_many_noops():
+    """settle_steps=30 (FastWAM's num_steps_wait) runs 30 no-op steps after the init state is set, 10 by default:
+    counted at the simulator, and the episode starts 20 control steps later in simulated time."""
+    starts = {}
+    for settle in (30, 10):
+        env = gymnasium.make(SPATIAL, task_id=0, image_size=32, settle_steps=settle).unwrapped
+        sim, actions = env._sim, []
+        sim.step = lambda action, step=sim.step, actions=actions: actions.append(np.array(action)) or step(action)
+        _, info = env.reset(options={"init_state_id": 2})
+        assert len(actions) == settle and info["init_state_id"] == 2
+        np.testing.assert_array_equal(np.array(actions), np.tile([0, 0, 0, 0, 0, 0, -1.0], (settle, 1)))
+        starts[settle] = (sim.sim.data.time, env._sim_state().copy())
+        env.close()
+    assert starts[30][0] - starts[10][0] == pytest.approx(20 / LiberoEnv.metadata["render_fps"])  # 20 Hz control
+    assert not np.array_equal(starts[30][1], starts[10][1])  # the robot kept settling
+
+
+def test_protocol_step_limit_reaches_the_actor(tmp_path, monkeypatch):
+    """Under EVALUATION.protocol=fastwam_libero a Spatial episode of a random agent runs to 400 policy steps (ours:
+    220), through the eval actor: the number it was given, the env's TimeLimit and the episode record agree. The
+    400 steps' physics and rendering are stubbed out (software GL alone took a minute on 2 cores); the env's
+    build at 256 x 256 and its reset with 30 settle steps are real."""
+    from wam_gym.eval.actor import _Actor
+    from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
+    from wam_gym.eval.manager import EvalManager
+
+    task = f"{SPATIAL}:0"
+    manager = EvalManager(EvalConfig(benchmark="libero", EVALUATION=EvaluationConfig(
+        agent="random", protocol="fastwam_libero", num_trials=1, tensorboard=False, output_dir=str(tmp_path / "out")),
+        MULTIRUN=MultirunConfig(task_sets=[task])))
+    spec = manager._spec()
+    assert spec.episode_steps == {task: 400} and spec.env_kwargs["settle_steps"] == 30
+    steps = []
+    monkeypatch.setattr(LiberoEnv, "_sim_step", lambda self, action: steps.append(1) or (0.0, False, False, {}))
+    monkeypatch.setattr(LiberoEnv, "_sim_frames", lambda self: {c: np.zeros((256, 256, 3), np.uint8) for c in self.cameras})
+    actor = _Actor(0, spec, None)
+    try:
+        record = actor.run(manager.jobs[0])
+        env = actor.envs[task]
+        assert env.spec.max_episode_steps == 400 and env.unwrapped.settle_steps == 30
+        assert env.unwrapped.height == env.unwrapped.width == 256
+    finally:
+        actor.close()
+    assert (record.steps, len(steps), record.success, record.init_state_id) == (400, 400, False, 0)
 
 
 # ----------------------------------------------------------------- LIBERO-Pro's perturbed sets

@@ -43,7 +43,8 @@ class ActorSpec:
     agent: str  # wam | python | remote | expert | random
     output_dir: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_episode_steps: int | None = None
+    max_episode_steps: int | None = None  # every task's step limit, where episode_steps names none (null: the suite's)
+    episode_steps: dict[str, int] = field(default_factory=dict)  # task name -> its step limit (the manager's plan)
     action_horizon: int | None = None
     replan_steps: int | None = None
     save_video: bool = False
@@ -90,11 +91,18 @@ class _Actor:
             spec.agent, predictor=self.predictor, action_horizon=spec.action_horizon, replan_steps=spec.replan_steps
         )
 
+    def steps(self, job: Job) -> int | None:
+        """The task's step limit (None: the env's registered one)."""
+        return self.spec.episode_steps.get(job.task.name, self.spec.max_episode_steps)
+
     def env(self, job: Job):
         if job.task.name not in self.envs:
             import envs
 
-            env = envs.make(job.task.env_id, **job.task.kwargs, **self.spec.env_kwargs)
+            # The limit goes to gymnasium's TimeLimit too: one above the registered limit would be cut short there.
+            limit = self.steps(job)
+            env = envs.make(job.task.env_id, **job.task.kwargs, **self.spec.env_kwargs,
+                            **({} if limit is None else {"max_episode_steps": limit}))
             self.envs[job.task.name] = env
             self.tell(("env", self.actor_id, (job.task.name, observed_env(env))))  # for protocol.json
         return self.envs[job.task.name]
@@ -109,7 +117,7 @@ class _Actor:
         calls = getattr(agent, "num_model_calls", None)
         episode = run_episode(
             env, agent, seed=job.seed, options=job.reset_options,
-            max_steps=self.spec.max_episode_steps,  # null: the suite's limit (0 is refused by the config)
+            max_steps=self.steps(job),  # null: the suite's limit (0 is refused by the config)
             observe=self._stop_if_manager_gone if score is None else _hooks(self._stop_if_manager_gone, score.observe),
             after_act=video if score is None else _hooks(video, score.after_act),
         )

@@ -20,6 +20,7 @@ from typing import Any
 from agents.wam.compile import CompileConfig
 from agents.wam.inference_config import KNOBS, InferenceConfig, SamplerConfig
 from wam_gym.broker import BrokerConfig
+from wam_gym.eval import protocols
 
 
 @dataclass
@@ -53,6 +54,9 @@ class EvaluationConfig:
     torch_compile_batch_sizes: list[int] = field(default_factory=list)  # pad calls to these sizes, compiled at load ([]: off)
     seed: int = InferenceConfig.seed  # of the sampling noise, and trial k's env seed is seed + k
     # one episode
+    # a named evaluation protocol (wam_gym/eval/protocols.py: fastwam_libero): fixes the env kwargs, step limits,
+    # replan_steps, action_horizon, num_inference_steps and seed as another project evaluates; null: ours (openpi's)
+    protocol: str | None = None
     num_trials: int = 10  # episodes per task; trial k uses seed + k
     # stop when the answer is known (wam_gym/eval/stopping.py: anytime-valid, so stopping early costs no validity)
     target_ci_halfwidth: float | None = None  # a task stops once its interval is this tight (e.g. 0.1); null: off
@@ -90,6 +94,7 @@ class EvaluationConfig:
         _at_least(self, "replan_steps", 1, "or null (action_horizon)")
         _at_least(self, "video_fps", 1)
         _at_least(self, "max_attempts", 1)
+        protocols.named(self.protocol)  # a known name (what it fixes is applied by EvalConfig, which has env_kwargs)
         if self.target_ci_halfwidth is not None and not 0 < self.target_ci_halfwidth <= 0.5:
             raise ValueError(f"EVALUATION.target_ci_halfwidth must be in (0, 0.5] (e.g. 0.1: +-10 points) or null, "
                              f"got {self.target_ci_halfwidth!r}")
@@ -135,3 +140,6 @@ class EvalConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # extra gymnasium.make kwargs for every task
     EVALUATION: EvaluationConfig = field(default_factory=EvaluationConfig)  # one episode and one model call
     MULTIRUN: MultirunConfig = field(default_factory=MultirunConfig)  # processes, GPUs and batching
+
+    def __post_init__(self) -> None:
+        protocols.apply(self)  # EVALUATION.protocol's settings, or an error naming a knob that contradicts them

@@ -29,7 +29,7 @@ import multiprocess.connection
 
 from agents.factory import AGENTS
 from wam_gym.broker import InferenceBroker
-from wam_gym.eval import preflight, rundir
+from wam_gym.eval import preflight, protocols, rundir
 from wam_gym.eval.actor import ActorSpec, actor_main
 from wam_gym.eval.config import EvalConfig
 from wam_gym.eval.errors import EvalError
@@ -220,6 +220,11 @@ class EvalManager:
         # A run that may stop early advances every task together (trial 0 of each, then trial 1, ...).
         self.jobs = plan(self.tasks, ev.num_trials, ev.seed, by_trial=ev.target_ci_halfwidth is not None or
                          ev.compare_to is not None)
+        # EVALUATION.protocol (its knobs and env kwargs are already in config): its suite, its init-state rule
+        self.named_protocol = protocols.named(ev.protocol)
+        protocols.check_plan(self.named_protocol, self.tasks, self.jobs)
+        # each task's step limit (per task: a protocol may give each suite its own)
+        self.episode_steps = {task.name: protocols.episode_steps(ev, task.env_id) for task in self.tasks}
         self.output_dir = Path(ev.output_dir).expanduser()
         rundir.check_writable(self.output_dir)
         self.store = ResultStore(self.output_dir)
@@ -253,6 +258,7 @@ class EvalManager:
         """The checkpoint, its statistics and the env geometry it needs, all read here, in the
         manager: a model worker would find a problem only after minutes of loading."""
         ev = self.config.EVALUATION
+        protocols.check_checkpoint_inputs(self.named_protocol, self.config.ckpt)  # first: the one fix that matters
         self.ckpt, model, self.stats = preflight.wam_checkpoint(self.config.ckpt, ev)
         self.image_resized = preflight.check_image_size(self.env_kwargs, model, ev.allow_image_resize)
         preflight.check_cameras(self.env_kwargs, model)
@@ -302,7 +308,7 @@ class EvalManager:
         ev = self.config.EVALUATION
         return ActorSpec(
             agent=ev.agent, output_dir=str(self.output_dir), env_kwargs=self.env_kwargs,
-            max_episode_steps=ev.max_episode_steps, action_horizon=ev.action_horizon, replan_steps=ev.replan_steps,
+            episode_steps=self.episode_steps, action_horizon=ev.action_horizon, replan_steps=ev.replan_steps,
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
             video_camera=ev.video_camera, video_fps=ev.video_fps,
             remote=RemoteSettings.from_evaluation(ev) if ev.agent == "remote" else None,

@@ -6,8 +6,9 @@ limits and spaces) exactly when their protocols agree; then their outcomes can b
 
 - ``protocol``: the benchmark side, known before any env is built: the seed, the episode-length
   knob, the env kwargs; per task its env id, constructor kwargs, step limit and init-state rule;
-  per suite the simulator's distribution and version, image orientation, settle steps and the
-  termination rule.
+  per suite the simulator's distribution and version, image orientation, settle steps (as its envs
+  run them) and the termination rule; under a named protocol (``EVALUATION.protocol``), its name and
+  every setting it fixes.
 - ``observed``: per task, what its env turned out to be when an actor first built it: the action
   space (dtype, shape, bounds), each camera's image shape, the state's shape.
 - ``agent``: what acted: the agent kind and, for a WAM, its checkpoint's and statistics' content
@@ -33,6 +34,7 @@ from typing import Any
 
 from envs.protocol import PIXELS, STATE
 from envs.registry import suite_of
+from wam_gym.eval import protocols
 from wam_gym.eval.errors import EvalError, ResumeMismatch
 from wam_gym.results import space_checked
 from wam_gym.utils.publish import atomic_write_text
@@ -60,16 +62,17 @@ def benchmark_protocol(config, tasks, env_kwargs: dict[str, Any]) -> dict[str, A
     suites, entries = {}, {}
     for task in tasks:
         suite = suite_of(task.env_id)
+        kwargs = {**suite.env_kwargs[task.env_id], **task.kwargs, **env_kwargs}
         suites[suite.name] = {
             "simulator": _versions(suite.simulator_module),
             "image_orientation": suite.image_orientation,
-            "settle_steps": suite.settle_steps,
+            "settle_steps": kwargs.get("settle_steps", suite.settle_steps),  # the env's, where its kwargs set them
             "termination": TERMINATION,
         }
         entries[task.name] = {
             "env_id": task.env_id,
-            "kwargs": {**suite.env_kwargs[task.env_id], **task.kwargs, **env_kwargs},
-            "max_episode_steps": ev.max_episode_steps or suite.episode_steps(task.env_id),
+            "kwargs": kwargs,
+            "max_episode_steps": protocols.episode_steps(ev, task.env_id),
             "init_state": "init state k for trial k" if task.pins_init_state else None,
         }
     protocol = {
@@ -79,6 +82,7 @@ def benchmark_protocol(config, tasks, env_kwargs: dict[str, Any]) -> dict[str, A
         "env_kwargs": env_kwargs,
         "suites": suites,
         "tasks": entries,
+        **protocols.record(protocols.named(ev.protocol)),  # EVALUATION.protocol and what it fixes (null: nothing)
     }
     return _as_stored(protocol)
 

@@ -51,6 +51,10 @@ class ServeConfig:
         if self.EVALUATION.agent not in SERVED_AGENTS:
             raise ValueError(f"EVALUATION.agent={self.EVALUATION.agent!r} cannot be served; serve one of {SERVED_AGENTS} "
                              "(wam with ckpt=DIR, python with EVALUATION.policy=pkg.module:factory)")
+        if self.EVALUATION.protocol is not None:
+            raise ValueError(f"EVALUATION.protocol={self.EVALUATION.protocol} fixes how evaluation episodes run; a server "
+                             "runs none: drop it (python -m wam_gym.eval EVALUATION.agent=remote applies it, and the "
+                             "server takes EVALUATION.num_inference_steps and seed as you set them)")
         if self.EVALUATION.imagination_score:
             raise ValueError("EVALUATION.imagination_score scores evaluation episodes; a server runs none: drop it (the "
                              "evaluating harness scores, e.g. python -m wam_gym.eval EVALUATION.agent=remote)")
