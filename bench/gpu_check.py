@@ -3,6 +3,7 @@
     python bench/gpu_check.py                                   # tiny preset + the 1.3B-shaped MoT on cuda:0
     python bench/gpu_check.py --models mid --budget-s 240       # one model, within 240 s
     python bench/gpu_check.py --device cpu --tiny-only --seconds 2 --batches 1,4   # CPU dry run (same code paths)
+    python bench/gpu_check.py --models fastwam --batches 1,4,16 --replan-steps 10 --budget-s 200   # full-size FastWAM
     bench/gpu_check.sh                                          # install into .venv-gpu, then both models (< 8 min)
     bench/gpu_check.sh --dry-run                                # the CPU dry run, with the main .venv
 
@@ -11,7 +12,17 @@ Models (random weights; nothing is downloaded):
   mid   the ``wan21_t2v_1_3b`` preset's shapes (Wan2.1-T2V-1.3B video expert: 30 layers, 12 heads x 128,
         ffn 8960; its action expert, 16-channel Wan VAE, UMT5-XXL-shaped text encoder, 2 cameras of
         256x256, 32-action chunks), built with MoTWAM(config) directly (build_model wants Wan weights).
-Both run with ``encoder_mode`` all ``--precision`` (bf16_full: bf16 weights, the Wan presets' own),
+  fastwam       the ``fastwam`` preset (agents/wam/fastwam/config.py): the released LIBERO FastWAM's shapes, a
+        Wan2.2-TI2V-5B video expert and a 1.0 B action DiT (6.0 B denoiser), Wan2.2's VAE and UMT5-XXL's
+        encoder (4.6 B), 2 cameras of 224x224 side by side, 32 actions of 7, their LIBERO input conventions;
+        built on the device (never in fp32 on the host), served by FastWAMPolicy with action-only inference
+        (their infer_action) and Euler steps; observations are LIBERO's 256x256 renders, cover-cropped by
+        the policy. The full-size text encoder is built only when the device's free memory holds the fp32
+        build (with margin), else a one-layer stand-in whose embeddings have UMT5-XXL's shape (B, 128, 4096),
+        said in the output (``--text-layers`` chooses). Never compiled: WAMPolicy compiles ``forward``,
+        which the action-only path does not call.
+  fastwam_tiny  the same at the ``fastwam_tiny`` preset's size (what the CPU dry run runs for fastwam).
+All run with ``encoder_mode`` all ``--precision`` (bf16_full: bf16 weights, the Wan presets' own),
 ``model.backbone.attention_backend=--attention-backend`` (auto: first FlashAttention that runs, else SDPA),
 and the project's ``torch_compile`` knobs (InferenceConfig.compile, applied by WAMPolicy to the denoiser).
 
@@ -27,8 +38,14 @@ Per model, one model copy, served by ``wam_gym.broker.InferenceBroker`` (one wor
      model: its cameras, image size, state size) drive the broker; env-steps/s over a measured window,
      against offline (broker/offline) and against the best any scheduler could reach with these N
      actors and the measured call time L(b) = a + c*b (Workload.bound: broker/bound).
+FastWAM, before 2. (in the same worker): per batch of --batches, the median call time of its denoiser
+path alone (sample_actions: the current frame's keys/values once, then the action expert at each of the
+--inference-steps Euler steps; their default is 10) and of the whole predict() (cover-crop, VAE encode,
+prompt cache, the denoiser, un-normalisation), with that batch's peak memory; then one joint call
+(sample_joint: both experts at every step, the 8 future latent frames too) at the smallest batch.
 Prints the device, torch/CUDA versions, the attention backend selected, compile on/off, peak memory,
-and one ``SUMMARY`` line per model. --budget-s bounds the whole run: probes and windows shrink to fit.
+and one ``SUMMARY`` line per model (FastWAM: a second one with its call times). --budget-s bounds the
+whole run: probes and windows shrink to fit.
 
 Compile settings, chosen so that one compile serves every batch size the broker forms (a recompile
 in the closed loop would take tens of seconds and wreck the measurement):
@@ -82,7 +99,13 @@ from envs.protocol import INSTRUCTION, PIXELS, STATE  # noqa: E402
 MODELS = {
     "tiny": "tiny",
     "mid": "wan21_t2v_1_3b",  # random weights with Wan2.1-T2V-1.3B's shapes
+    "fastwam": "fastwam",  # random weights with the released LIBERO FastWAM's shapes
+    "fastwam_tiny": "fastwam_tiny",
 }
+FASTWAM = ("fastwam", "fastwam_tiny")  # the models built as a FastWAM (agents/wam/fastwam), not our MoT
+# Observations as the env renders them, where the model's input is a crop of them: LIBERO's 256x256,
+# which FastWAM's LIBERO evaluation cover-crops to 224x224 (the policy does: agents/wam/fastwam/inputs.py).
+OBSERVATION_SIZE = {"fastwam": (256, 256)}
 INSTRUCTION_TEXT = "pick up the red block"
 
 
@@ -151,35 +174,79 @@ def _quiet_libraries() -> None:
 
 
 def model_config(spec: dict, attention: str):
-    """The MoTConfig of ``spec``: its preset, precision everywhere, the attention knob."""
-    from agents.wam import preset
-    from agents.wam.config import MoTConfig
+    """The config of ``spec`` (a MoTConfig, or a FastWAMConfig with their LIBERO input conventions at either
+    size): its preset, precision everywhere, the attention knob."""
     from agents.wam.precision import PrecisionConfig
 
-    base: MoTConfig = preset(spec["preset"])
+    overrides = {}
+    if spec["name"] in FASTWAM:
+        from agents.wam.fastwam.config import preset
+        from agents.wam.fastwam.inputs import convention
+
+        overrides["inputs"] = convention("fastwam_libero")
+    else:
+        from agents.wam import preset
+    base = preset(spec["preset"])
     text = base.text_encoder
     if spec.get("text_layers"):
         text = dataclasses.replace(text, num_layers=spec["text_layers"])
-    overrides = {"encoder_mode": PrecisionConfig.uniform(spec["precision"]), "text_encoder": text,
-                 "backbone": dataclasses.replace(base.backbone, attention_backend=attention)}
+    overrides.update({"encoder_mode": PrecisionConfig.uniform(spec["precision"]), "text_encoder": text,
+                      "backbone": dataclasses.replace(base.backbone, attention_backend=attention)})
     if spec.get("image_size"):
         overrides["image_size"] = (spec["image_size"], spec["image_size"])
     return preset(spec["preset"], **overrides)
 
 
+def model_class(config):
+    from agents.wam import MoTWAM
+    from agents.wam.fastwam.config import FastWAMConfig
+
+    if isinstance(config, FastWAMConfig):
+        from agents.wam.fastwam.model import FastWAM
+
+        return FastWAM
+    return MoTWAM
+
+
 def build_on(config, device: str):
-    """Random weights, created on ``device`` (a 4.6B-parameter UMT5-XXL initialised on the host takes minutes)."""
+    """Random weights, created on ``device`` (a 4.6B-parameter UMT5-XXL initialised on the host takes minutes).
+    The model is created in fp32, then its constructor casts each part to its precision."""
     import torch
 
-    from agents.wam import MoTWAM
-
+    model_type = model_class(config)
     try:
         with torch.device(device):
-            model = MoTWAM(config)
+            model = model_type(config)
     except Exception as exc:  # noqa: BLE001 - a library that cannot build under a device context: build on the host
+        if model_type.__name__ == "FastWAM":
+            raise  # 11 B parameters in fp32 on the host is no fallback
         print(f"[worker] building on {device} failed ({type(exc).__name__}: {exc}); building on the CPU", flush=True)
-        model = MoTWAM(config)
+        model = model_type(config)
     return model.to(device).eval()
+
+
+def fastwam_text_layers(spec: dict, device: str, log) -> tuple[dict, str | None]:
+    """``spec`` with a FastWAM's text encoder layers decided: --text-layers if given; else the preset's when
+    the device's free memory holds the whole model's fp32 build (counted on the meta device) with a quarter
+    to spare, else one layer: a stand-in whose embeddings have the full encoder's shape (B, max_length,
+    text_dim). The prompt cache runs it once per instruction, so the call times are the same either way;
+    the weights' memory is not. Also returns what was decided, in words (None: nothing to decide)."""
+    import torch
+
+    if spec["name"] not in FASTWAM or spec.get("text_layers") or not device.startswith("cuda"):
+        return spec, None
+    config = model_config(spec, "sdpa")
+    with torch.device("meta"):
+        params = sum(p.numel() for p in model_class(config)(config).parameters())
+    free, total = torch.cuda.mem_get_info(device)
+    need = 1.25 * 4 * params
+    if free >= need:
+        return spec, (f"full size (the fp32 build of {params / 1e9:.1f} B parameters needs ~{need / 2**30:.0f} GiB "
+                      f"with margin; {free / 2**30:.0f} GiB free)")
+    return {**spec, "text_layers": 1}, (
+        f"STAND-IN: one layer, embeddings of the full encoder's shape (the fp32 build of {params / 1e9:.1f} B "
+        f"parameters needs ~{need / 2**30:.0f} GiB with margin; only {free / 2**30:.0f} of {total / 2**30:.0f} GiB "
+        "free): call times as with the full encoder (the prompt cache runs it once), weights' memory less")
 
 
 def param_counts(model) -> dict[str, int]:
@@ -216,6 +283,11 @@ def _probe_order(sizes: list[int]) -> list[int]:
     return above or sizes
 
 
+def observation_hw(cfg, spec: dict) -> tuple[int, int]:
+    """(H, W) of each camera's observation: what the env renders (OBSERVATION_SIZE), else the model's own size."""
+    return OBSERVATION_SIZE.get(spec["preset"], tuple(cfg.image_size))
+
+
 def probe(policy, cfg, spec: dict, deadline: float, log) -> tuple[dict[int, dict], str | None]:
     """predict() on rising batch sizes: {batch: {first_s, call_s}}; stops at OOM, the time cap or the deadline.
     Raises what the first call raises (unless it is an OOM): the caller then tries without compile/flash."""
@@ -237,7 +309,7 @@ def probe(policy, cfg, spec: dict, deadline: float, log) -> tuple[dict[int, dict
             if time.monotonic() + 6 * predicted + spec["offline_s"] > deadline:  # probe (capture) + offline
                 stop = f"batch {b} skipped: predicted {predicted:.1f} s per call does not fit the time budget"
                 break
-        obs = model_observation(cfg.cameras, cfg.image_size, cfg.state_dim, b)
+        obs = model_observation(cfg.cameras, observation_hw(cfg, spec), cfg.state_dim, b)
         seeds = list(range(b))
         try:
             start = time.perf_counter()
@@ -266,6 +338,90 @@ def probe(policy, cfg, spec: dict, deadline: float, log) -> tuple[dict[int, dict
     return results, stop
 
 
+def _median_call(call, sync, deadline: float) -> tuple[float, int]:
+    """Median seconds of ``call`` after one untimed call: 3 calls at least, then up to 1 s or 20 calls,
+    fewer where the deadline comes first (one at least)."""
+    call()
+    sync()
+    times: list[float] = []
+    while not times or (len(times) < 20 and (len(times) < 3 or sum(times) < 1.0)
+                        and time.monotonic() + statistics.median(times) < deadline):
+        start = time.perf_counter()
+        call()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), len(times)
+
+
+def fastwam_calls(policy, cfg, spec: dict, deadline: float, log) -> dict:
+    """FastWAM's own call times before it serves: per batch of --batches, the denoiser path alone
+    (sample_actions: the current frame's keys/values once, then the action expert at every Euler step) and
+    the whole predict(), with the batch's peak memory; then one joint call (sample_joint) at the smallest
+    batch. The denoiser's inputs are what predict() conditions on (policy._condition), so their shapes are
+    the model's: latents (B, C, 1, h, w), text (B, max_length, text_dim), state (B, S)."""
+    import torch
+
+    from agents.wam.fastwam.sampling import sample_actions, sample_joint
+
+    model, steps = policy.model, spec["inference_steps"]
+    device = model.device
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def fresh_peak() -> None:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+
+    out: dict = {"steps": steps, "action_only": {}, "stop": None}
+    if cuda:
+        out["weights_gib"] = torch.cuda.memory_allocated(device) / 2**30
+    hw = observation_hw(cfg, spec)
+    for b in spec["batches"]:
+        if out["action_only"] and time.monotonic() > deadline:
+            out["stop"] = f"batch {b} and after: out of time"
+            break
+        obs = model_observation(cfg.cameras, hw, cfg.state_dim, b)
+        seeds = list(range(b))
+        fresh_peak()
+        try:
+            current, state, text = policy._condition(obs, b)
+            noise = torch.randn(b, cfg.action_horizon, cfg.action_dim)
+            denoiser, n = _median_call(
+                functools.partial(sample_actions, model, current, text, state, noise, steps), sync, deadline)
+            whole, m = _median_call(functools.partial(policy.predict, obs, noise_seeds=seeds), sync, deadline)
+        except _oom_types() as exc:
+            if not out["action_only"]:
+                raise
+            torch.cuda.empty_cache()
+            out["stop"] = f"batch {b} does not fit: {type(exc).__name__}"
+            log(f"calls: {out['stop']}")
+            break
+        out["shapes"] = {name: "(B, " + ", ".join(map(str, x.shape[1:])) + ")"
+                         for name, x in (("latents", current), ("text", text), ("state", state))}
+        out["action_only"][str(b)] = {"denoiser_s": denoiser, "denoiser_calls": n, "predict_s": whole,
+                                      "predict_calls": m, "peak": _memory(str(device))}
+        log(f"calls: batch {b:3d}  action-only denoiser {denoiser * 1e3:8.1f} ms ({n} calls), predict() "
+            f"{whole * 1e3:8.1f} ms ({m} calls), peak {_gib(_memory(str(device)))}")
+    b = min(int(k) for k in out["action_only"])
+    if time.monotonic() < deadline:
+        current, state, text = policy._condition(model_observation(cfg.cameras, hw, cfg.state_dim, b), b)
+        c, _, h, w = current.shape[1:]
+        video_noise = torch.randn(b, c, cfg.latent_frames - 1, h, w)
+        action_noise = torch.randn(b, cfg.action_horizon, cfg.action_dim)
+        fresh_peak()
+        joint, n = _median_call(
+            functools.partial(sample_joint, model, current, text, state, video_noise, action_noise, steps), sync, deadline)
+        out["joint"] = {"batch": b, "denoiser_s": joint, "calls": n, "peak": _memory(str(device)),
+                        "future_latents": f"(B, {c}, {cfg.latent_frames - 1}, {h}, {w})"}
+        log(f"calls: batch {b:3d}  joint denoiser {joint * 1e3:8.1f} ms ({n} calls), peak {_gib(_memory(str(device)))}")
+    else:
+        out["stop"] = "joint call: out of time"
+    return out
+
+
 def _dynamic_shapes(spec: dict, compile_on: bool) -> str | None:
     """With dynamic=True, turn off dynamo's duck sizing: it gives equal sizes one symbol, so a first batch
     equal to a model dimension (the tiny VAE's 4 latent channels at batch 4, the 1.3B's 16 at 16) is pinned
@@ -290,13 +446,15 @@ def _reuse(spec: dict, compile_on: bool) -> bool:
 
 def make_policy(model, spec: dict, compile_on: bool):
     from agents.wam import InferenceConfig, WAMPolicy
+    from agents.wam.fastwam.policy import FastWAMPolicy
 
     knobs = {"num_inference_steps": spec["inference_steps"], "torch_compile": compile_on,
              "inference_cross_kv_reuse": _reuse(spec, compile_on)}
     if compile_on:
         knobs.update(torch_compile_mode=spec["compile_mode"], torch_compile_backend=spec["compile_backend"],
                      torch_compile_dynamic=spec["compile_dynamic"])
-    return WAMPolicy(model, InferenceConfig.from_knobs(**knobs))
+    policy_type = FastWAMPolicy if spec["name"] in FASTWAM else WAMPolicy
+    return policy_type(model, InferenceConfig.from_knobs(**knobs))
 
 
 class ServedPolicy:
@@ -365,6 +523,10 @@ def serve_policy(spec: dict, device: str) -> ServedPolicy:
         data["device"].update(gpu=props.name, capability=list(torch.cuda.get_device_capability(device)),
                               memory_gib=props.total_memory / 2**30, cudnn=torch.backends.cudnn.version())
     deadline = spec["worker_deadline"]
+    data["family"] = "FastWAM" if spec["name"] in FASTWAM else "MoT"
+    spec, data["text_encoder_choice"] = fastwam_text_layers(spec, device, log)
+    if data["text_encoder_choice"]:
+        log(f"text encoder: {data['text_encoder_choice']}")
     compile_on, attention = spec["compile"], spec["attention_backend"]
     while True:
         attempt = {"compile": compile_on, "attention_requested": attention}
@@ -377,6 +539,7 @@ def serve_policy(spec: dict, device: str) -> ServedPolicy:
             attempt["build_s"] = time.perf_counter() - start
             data["params"] = param_counts(model)
             data["geometry"] = {"cameras": list(cfg.cameras), "image_size": list(cfg.image_size),
+                                "observation_size": list(observation_hw(cfg, spec)),
                                 "state_dim": cfg.state_dim, "action_dim": cfg.action_dim,
                                 "action_horizon": cfg.action_horizon, "future_frames": cfg.num_future_frames,
                                 "text_tokens": cfg.text_encoder.max_length, "text_layers": cfg.text_encoder.num_layers}
@@ -384,8 +547,16 @@ def serve_policy(spec: dict, device: str) -> ServedPolicy:
             log(f"built in {attempt['build_s']:.1f} s: attention {attention} -> {attempt['attention_selected']}, "
                 f"compile {'on' if compile_on else 'off'}")
             attempt["dynamic_shapes"] = _dynamic_shapes(spec, compile_on)
+            if spec["name"] in FASTWAM and device.startswith("cuda"):
+                # The fp32 build's peak is not serving's: report it apart, and measure from here on.
+                attempt["build_peak"] = _memory(device)
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
             policy = make_policy(model, spec, compile_on)
             FALLBACKS.clear()
+            if spec["name"] in FASTWAM:
+                data["calls"] = fastwam_calls(policy, cfg, spec, deadline, log)
+                report.write()
             probes, stop = probe(policy, cfg, spec, deadline, log)
             if not probes:
                 raise RuntimeError(stop or "no batch size fits")
@@ -425,7 +596,7 @@ def serve_policy(spec: dict, device: str) -> ServedPolicy:
     # Offline: the biggest batch that fitted, 3 calls and --offline-s seconds at least, as the deadline allows
     # (one call at least: the closed loop needs its share of the budget too).
     b = max(probes)
-    obs = model_observation(cfg.cameras, cfg.image_size, cfg.state_dim, b)
+    obs = model_observation(cfg.cameras, observation_hw(cfg, spec), cfg.state_dim, b)
     times: list[float] = []
 
     def another_call() -> bool:
@@ -575,11 +746,12 @@ def _closed_loop_phase(broker, config, data: dict, row: dict, deadline: float, a
         row["broker_error"] = "skipped: out of time"
         return
     geometry = data["geometry"]
+    seen = geometry.get("observation_size", geometry["image_size"])
     workload = ModelWorkload(
-        actors=n_actors, workers=1, batch_size=b, image_size=geometry["image_size"][0],
+        actors=n_actors, workers=1, batch_size=b, image_size=seen[0],
         cameras=len(geometry["cameras"]), latency_s=a, per_row_s=c, env_step_s=args.env_step_ms / 1000,
         replan_steps=args.replan_steps, camera_names=tuple(geometry["cameras"]),
-        image_hw=tuple(geometry["image_size"]), state_dim=geometry["state_dim"],
+        image_hw=tuple(seen), state_dim=geometry["state_dim"],
     )
     window = Window(warmup, measure)
     pacing = getattr(config, "batch_pacing", None)
@@ -630,18 +802,22 @@ def run_model(name: str, args, deadline: float, out_dir: Path) -> dict:
     budget = deadline - time.monotonic()
     # The worker (build, compile, probe, offline) may use what the closed loop does not need.
     broker_reserve = max(25.0, 0.3 * budget) if cuda else max(10.0, 0.3 * budget)
+    # A FastWAM is never compiled here: WAMPolicy compiles forward(), which action-only inference does not call.
+    compile_on = args.compile and name not in FASTWAM
     spec = {
         "name": name, "preset": MODELS[name], "report": str(report_path), "precision": args.precision,
-        "attention_backend": args.attention_backend, "compile": args.compile, "compile_mode": args.compile_mode,
+        "attention_backend": args.attention_backend, "compile": compile_on, "compile_mode": args.compile_mode,
         "compile_backend": args.compile_backend, "compile_dynamic": args.compile_dynamic,
         "inference_steps": args.inference_steps, "batches": args.batches, "max_call_s": args.max_call_s,
         "offline_s": args.offline_s, "replan_steps": args.replan_steps, "cross_kv_reuse": args.cross_kv_reuse,
-        "text_layers": args.text_layers if name == "mid" else None,
+        "text_layers": args.text_layers if name != "tiny" else None,
         "image_size": args.image_size, "worker_deadline": deadline - broker_reserve,
     }
     row = {"model": name, "preset": MODELS[name]}
+    sampler = "Euler (FastWAM's own)" if name in FASTWAM else "UniPC"
     print(f"\n=== {name}: preset {MODELS[name]} (random weights), {args.precision}, attention {args.attention_backend}, "
-          f"compile {'on' if args.compile else 'off'}, UniPC {args.inference_steps} steps; budget {budget:.0f} s", flush=True)
+          f"compile {'on' if compile_on else 'off'}{' (FastWAM: never here)' if args.compile and not compile_on else ''}, "
+          f"{sampler} {args.inference_steps} steps; budget {budget:.0f} s", flush=True)
     knobs = {}
     if args.pacing is not None:
         if "batch_pacing" not in {f.name for f in dataclasses.fields(BrokerConfig)}:
@@ -699,11 +875,18 @@ def _print_model(name: str, data: dict, load_s: float, args) -> None:
     p, g, dev = data["params"], data["geometry"], data["device"]
     print(f"device: {dev.get('gpu', dev['device'])} (torch {dev['torch']}, CUDA {dev['cuda']}, "
           f"{dev['threads']} torch threads)", flush=True)
-    print(f"model: MoT {_m(p['mot'])} params (video expert {_m(p['video_expert'])}, action expert "
+    family = data.get("family", "MoT")
+    seen = g.get("observation_size", g["image_size"])
+    print(f"model: {family} {_m(p['mot'])} params (video expert {_m(p['video_expert'])}, action expert "
           f"{_m(p['action_expert'])}), VAE {_m(p['vae'])}, text encoder {_m(p['text_encoder'])} "
-          f"({g['text_layers']} layers); {len(g['cameras'])} cameras of {g['image_size'][0]}x{g['image_size'][1]}, "
-          f"state {g['state_dim']}, {g['action_horizon']} actions, {g['future_frames']} future frames, "
+          f"({g['text_layers']} layers); {len(g['cameras'])} cameras of {g['image_size'][0]}x{g['image_size'][1]}"
+          + (f" (observed at {seen[0]}x{seen[1]})" if seen != g["image_size"] else "")
+          + f", state {g['state_dim']}, {g['action_horizon']} actions, {g['future_frames']} future frames, "
           f"{g['text_tokens']} text tokens", flush=True)
+    if data.get("text_encoder_choice"):
+        print(f"text encoder: {data['text_encoder_choice']}", flush=True)
+    if build_peak := data["attempts"][-1].get("build_peak"):
+        print(f"build peak (created in fp32, then cast; not counted below): {_gib(build_peak)}", flush=True)
     _print_attempts(data)
     att, comp = data["attention"], data["compile"]
     print(f"attention backend: requested {att['requested']} -> selected {att['selected']}"
@@ -715,9 +898,15 @@ def _print_model(name: str, data: dict, load_s: float, args) -> None:
               + ")", flush=True)
     else:
         print(f"compile: off{' (FAILED, fell back to eager: see above)' if comp['requested'] else ''}", flush=True)
-    print(f"inference_cross_kv_reuse: {'on' if comp['cross_kv_reuse'] else 'off'}", flush=True)
-    print(f"worker ready after {load_s:.1f} s (build {data['attempts'][-1].get('build_s', 0):.1f} s, compile, probe, "
-          f"offline)", flush=True)
+    if family == "FastWAM":
+        print("cross-attention K/V: FastWAM's own per-call cache (CallCache; inference_cross_kv_reuse does not apply)",
+              flush=True)
+    else:
+        print(f"inference_cross_kv_reuse: {'on' if comp['cross_kv_reuse'] else 'off'}", flush=True)
+    print(f"worker ready after {load_s:.1f} s (build {data['attempts'][-1].get('build_s', 0):.1f} s, compile, "
+          + ("FastWAM's call times, " if "calls" in data else "") + "probe, offline)", flush=True)
+    if "calls" in data:
+        _print_calls(data["calls"])
     for b, r in sorted(data["probe"].items(), key=lambda kv: int(kv[0])):
         print(f"  probe batch {int(b):4d}: first call {r['first_s']:7.2f} s, then {r['call_s'] * 1e3:9.1f} ms", flush=True)
     if data.get("probe_stop"):
@@ -729,11 +918,39 @@ def _print_model(name: str, data: dict, load_s: float, args) -> None:
     print(f"peak memory after offline: {_gib(data.get('peak_memory_offline'))}", flush=True)
 
 
+def _print_calls(calls: dict) -> None:
+    shapes = calls.get("shapes", {})
+    print(f"FastWAM call times ({calls['steps']} Euler steps; denoiser inputs: latents {shapes.get('latents')}, text "
+          f"{shapes.get('text')}, state {shapes.get('state')}; median of the calls counted; peak memory of that "
+          f"batch's calls" + (f", weights {calls['weights_gib']:.2f} GiB" if "weights_gib" in calls else "") + "):",
+          flush=True)
+    for b, r in sorted(calls["action_only"].items(), key=lambda kv: int(kv[0])):
+        print(f"  action-only  batch {int(b):3d}: denoiser {r['denoiser_s'] * 1e3:8.1f} ms ({r['denoiser_calls']} calls), "
+              f"predict() {r['predict_s'] * 1e3:8.1f} ms ({r['predict_calls']} calls), peak {_gib(r['peak'])}", flush=True)
+    if "joint" in calls:
+        j = calls["joint"]
+        print(f"  joint        batch {j['batch']:3d}: denoiser {j['denoiser_s'] * 1e3:8.1f} ms ({j['calls']} calls; future "
+              f"latents {j['future_latents']}), peak {_gib(j['peak'])}", flush=True)
+    if calls.get("stop"):
+        print(f"  stopped: {calls['stop']}", flush=True)
+
+
+def calls_summary_line(name: str, calls: dict) -> str:
+    """FastWAM's second SUMMARY line: its call times and peaks."""
+    action = ", ".join(f"b={b} {r['denoiser_s'] * 1e3:.1f} ms (predict {r['predict_s'] * 1e3:.1f} ms, peak "
+                       f"{_gib(r['peak'])})" for b, r in sorted(calls["action_only"].items(), key=lambda kv: int(kv[0])))
+    joint = calls.get("joint")
+    joint = (f"b={joint['batch']} {joint['denoiser_s'] * 1e3:.1f} ms, peak {_gib(joint['peak'])}" if joint
+             else calls.get("stop") or "not run")
+    return f"SUMMARY {name} calls ({calls['steps']} Euler steps): action-only denoiser {action}; joint {joint}"
+
+
 def _offline_row(data: dict) -> dict:
     off = data["offline"]
     return {"batch": off["batch"], "offline_requests_per_s": off["requests_per_s"],
             "offline_env_steps_per_s": off["env_steps_per_s"], "attention": data["attention"]["selected"],
-            "compile": data["compile"]["enabled"], "mot_params": data["params"]["mot"]}
+            "compile": data["compile"]["enabled"], "mot_params": data["params"]["mot"],
+            "family": data.get("family", "MoT"), **({"calls": data["calls"]} if "calls" in data else {})}
 
 
 def summary_line(row: dict) -> str:
@@ -743,7 +960,7 @@ def summary_line(row: dict) -> str:
               f"broker/bound {row['broker_over_bound']:.3f}" if "broker_env_steps_per_s" in row
               else f"broker {row.get('broker_error', 'not run')}")
     peak = row.get("peak_memory") or {}
-    return (f"SUMMARY {row['model']}: MoT {_m(row['mot_params'])}, attention {row['attention']}, compile "
+    return (f"SUMMARY {row['model']}: {row['family']} {_m(row['mot_params'])}, attention {row['attention']}, compile "
             f"{'on' if row['compile'] else 'off'}, max batch {row['batch']}, offline {row['offline_requests_per_s']:.1f} "
             f"req/s = {row['offline_env_steps_per_s']:.1f} env-steps/s, {broker}, peak {_gib(peak)}")
 
@@ -783,8 +1000,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "the broker forms), false, or none (torch decides: a second compile at the second size)")
     parser.add_argument("--cross-kv-reuse", default="auto", choices=("auto", "on", "off"),
                         help="EVALUATION.inference_cross_kv_reuse; auto: off when compiled (one graph, not two), else on")
-    parser.add_argument("--text-layers", type=int, help="mid: text encoder layers (default: the preset's 24; the prompt "
-                        "cache runs it once, so it costs build time and memory only)")
+    parser.add_argument("--text-layers", type=int, help="mid, fastwam: text encoder layers (default: the preset's 24; "
+                        "fastwam: 1 where the device's free memory does not hold the full build; the prompt cache "
+                        "runs it once, so it costs build time and memory only)")
     parser.add_argument("--image-size", type=int, help="per-camera side in pixels (default: each model's)")
     parser.add_argument("--json", help="also write the summary rows here")
     args = parser.parse_args(argv)
@@ -858,6 +1076,8 @@ def main(argv=None) -> list[dict]:
     print(f"\ntotal {time.monotonic() - start:.0f} s", flush=True)
     for row in rows:
         print(summary_line(row), flush=True)
+        if row.get("calls"):
+            print(calls_summary_line(row["model"], row["calls"]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     return rows

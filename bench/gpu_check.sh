@@ -5,6 +5,8 @@
 #   bench/gpu_check.sh --dry-run        # the CPU dry run: no install, the main .venv, the tiny preset
 #   bench/gpu_check.sh --no-compile     # extra arguments go to bench/gpu_check.py (see its --help)
 #   GPU_CHECK_MODELS=mid bench/gpu_check.sh   # one model only
+#   GPU_CHECK_MODELS=fastwam bench/gpu_check.sh             # the full-size FastWAM (not in the default list)
+#   GPU_CHECK_MODELS=fastwam bench/gpu_check.sh --dry-run   # its code path on the CPU, at the fastwam_tiny size
 #
 # Phases, each under its own timeout cut from one budget (GPU_CHECK_BUDGET_S, default 455 s: with the
 # last phase's 15 s kill grace, the whole run stays under 8 minutes):
@@ -16,14 +18,25 @@
 #      torch pinned to the installed one) and an import check; on failure or timeout it is removed and
 #      the run goes on (model.backbone.attention_backend=auto then selects SDPA);
 #   3. bench/gpu_check.py --models tiny  (offline max-batch throughput and the closed loop through the broker);
-#   4. bench/gpu_check.py --models mid   (the same with the Wan2.1-1.3B-shaped MoT), with the time left;
-#   5. optional, when GPU_CHECK_STANDIN_POINTS lists points ("N,W,B ..."): bench/broker.py --standin
+#   4. bench/gpu_check.py --models mid   (the same with the Wan2.1-1.3B-shaped MoT), with the time left
+#      but phase 5's slice;
+#   5. when GPU_CHECK_MODELS names fastwam: bench/gpu_check.py --models fastwam --batches 1,4,16
+#      --replan-steps 10 (the released LIBERO FastWAM's shapes in bf16, random weights, built on the GPU:
+#      the denoiser's and predict()'s action-only call times at batch 1, 4 and 16 with their peak memory,
+#      one joint call, then offline and broker throughput on stand-in envs replanning every 10 steps, as
+#      their LIBERO evaluation does), in its own slice: GPU_CHECK_FASTWAM_S (240 s) is kept from the
+#      phases before it, and it takes what is left after them. Install plus fastwam alone fit the 455 s;
+#      all three models need GPU_CHECK_BUDGET_S of ~700 (else the first phases are skipped);
+#   6. optional, when GPU_CHECK_STANDIN_POINTS lists points ("N,W,B ..."): bench/broker.py --standin
 #      --no-peer at those points, on this machine's cores (no GPU: the broker against the bound with
-#      envs on cores of their own, as the stand-in workload assumes), in up to 120 s kept from phase 4.
-# Then the SUMMARY lines of both. A phase that fails or times out is reported and the next one runs.
+#      envs on cores of their own, as the stand-in workload assumes), in up to 120 s kept from phases 4-5.
+# Then the SUMMARY lines of all. A phase that fails or times out is reported and the next one runs.
+# --dry-run runs the models GPU_CHECK_MODELS names (default tiny) on the CPU, each its own phase: tiny,
+#   and fastwam at the fastwam_tiny size (the same code path); mid has no CPU size and is skipped.
 #
 # Environment: GPU_CHECK_VENV (.venv-gpu), GPU_CHECK_EXTRAS (model), GPU_CHECK_BUDGET_S (455),
-#   GPU_CHECK_MODELS (tiny,mid), GPU_CHECK_STANDIN_POINTS (none),
+#   GPU_CHECK_MODELS (tiny,mid; any of tiny, mid, fastwam), GPU_CHECK_FASTWAM_S (240),
+#   GPU_CHECK_STANDIN_POINTS (none),
 #   GPU_CHECK_FLASH (1; 0 skips phase 2), GPU_CHECK_FLASH_PKG (flash-attn-4), GPU_CHECK_FLASH_MODULE
 #   (what must import: flash_attn.cute for flash-attn-4, flash_attn otherwise), GPU_CHECK_TORCH (a pip
 #   requirement such as torch==2.9.1 installed before scripts/install.sh, which then keeps it),
@@ -117,13 +130,27 @@ summary() {
 
 echo "bench/gpu_check.sh  $(date -u '+%F %T UTC')  $(hostname)  $(getconf _NPROCESSORS_ONLN) cores  budget ${budget} s"
 
+# FastWAM's phase, on the GPU and in the dry run: stand-in envs that replan every 10 steps (their LIBERO
+# evaluation executes 10 actions of each 32-action chunk).
+fastwam_args=(--replan-steps 10)
+
 if ((dry_run)); then
   py=${GPU_CHECK_PY:-.venv/bin/python}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
   [ -x "$py" ] || { echo "gpu_check --dry-run: $py not found; make install first (or set GPU_CHECK_PY)"; exit 3; }
-  python_phase "dry run: tiny preset on the CPU" 300 5 --device cpu --tiny-only --seconds 2 --batches 1,2,4 \
-    --max-actors 8 --json "$out_dir/dry_run.json" "${pass[@]}"
-  rc=$?
+  dry=(--device cpu --seconds 2 --batches 1,2,4 --max-actors 8)
+  rc=0
+  dry_models=${GPU_CHECK_MODELS:-tiny}
+  for model in ${dry_models//,/ }; do
+    case $model in
+      tiny) python_phase "dry run: tiny preset on the CPU" 300 5 "${dry[@]}" --tiny-only \
+              --json "$out_dir/dry_run.json" "${pass[@]}" || rc=$? ;;
+      fastwam) python_phase "dry run: fastwam at the fastwam_tiny size on the CPU" 300 5 "${dry[@]}" \
+                 --models fastwam_tiny "${fastwam_args[@]}" --json "$out_dir/dry_run_fastwam.json" "${pass[@]}" || rc=$? ;;
+      mid) echo "== dry run: mid has no CPU size (the tiny preset runs its code path): skipped" ;;
+      *) echo "== dry run: unknown model '$model' in GPU_CHECK_MODELS (tiny, mid, fastwam)"; rc=2 ;;
+    esac
+  done
   standin_phase 120 || rc=$?
   summary
   exit "$rc"
@@ -210,15 +237,21 @@ else
   echo "flash-attn: skipped (GPU_CHECK_FLASH=0)"
 fi
 
-# -- 3./4. the models
-# The tiny model gets at most 120 s and leaves 180 s for the mid one, which then takes all that is left.
+# -- 3./4./5. the models
+# The tiny model gets at most 120 s and leaves 180 s for the mid one and FastWAM's slice; mid then takes all
+# that is left but that slice (and the stand-in's 120 s), FastWAM all that is left but the stand-in's.
+fastwam_reserve=0
+[[ $models == *,fastwam,* ]] && fastwam_reserve=${GPU_CHECK_FASTWAM_S:-240}
 mid_reserve=5
 [[ $models == *,mid,* ]] && mid_reserve=180
-[[ $models == *,tiny,* ]] && python_phase "tiny preset on cuda:0" 120 "$mid_reserve" \
-  --device cuda --models tiny --json "$out_dir/tiny.json" "${pass[@]}"
 standin_reserve=5
 ((${#standin_args[@]})) && standin_reserve=120
-[[ $models == *,mid,* ]] && python_phase "mid (Wan2.1-1.3B-shaped MoT) on cuda:0" 600 "$standin_reserve" \
+[[ $models == *,tiny,* ]] && python_phase "tiny preset on cuda:0" 120 $((mid_reserve + fastwam_reserve)) \
+  --device cuda --models tiny --json "$out_dir/tiny.json" "${pass[@]}"
+[[ $models == *,mid,* ]] && python_phase "mid (Wan2.1-1.3B-shaped MoT) on cuda:0" 600 $((standin_reserve + fastwam_reserve)) \
   --device cuda --models mid --json "$out_dir/mid.json" "${pass[@]}"
+[[ $models == *,fastwam,* ]] && python_phase "fastwam (the released LIBERO FastWAM's shapes, bf16) on cuda:0" 600 \
+  "$standin_reserve" --device cuda --models fastwam --batches 1,4,16 "${fastwam_args[@]}" \
+  --json "$out_dir/fastwam.json" "${pass[@]}"
 standin_phase 120
 summary
