@@ -501,7 +501,7 @@ def test_quantile_normalization_of_a_dataset_without_quantiles_names_the_fix(tmp
     from training.config import DatasetConfig
 
     with pytest.raises(ValueError, match=r"dataset.normalization='quantile': choose one of \['mean_std', 'min_max', "
-                                         r"'quantiles'\], or null"):
+                                         r"'quantiles', 'fastwam_min_max'\], or null"):
         DatasetConfig(normalization="quantile")
 
 

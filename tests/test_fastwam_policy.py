@@ -11,12 +11,12 @@ import json
 import os
 import subprocess
 
+import fastwam_their_libero as theirs
 import numpy as np
 import pytest
 import torch
 
-import fastwam_their_libero as theirs
-from agents.wam.architectures import architecture, policy_class
+from agents.wam.architectures import architecture
 from agents.wam.fastwam.checkpoint import save_fastwam
 from agents.wam.fastwam.config import preset
 from agents.wam.fastwam.inputs import convention, cover_crop
@@ -73,7 +73,7 @@ def libero_obs(rng: np.random.Generator, batch: int, size: int = 64) -> dict:
 
 def test_the_directory_names_its_architecture_and_loads_as_fastwam(ckpt, policy):
     data = json.loads((ckpt / "wam_config.json").read_text())
-    assert architecture(data) == "fastwam" and policy_class("fastwam") is FastWAMPolicy
+    assert architecture(data).policy_class() is FastWAMPolicy
     assert data["inputs"]["name"] == "fastwam_libero"
     assert isinstance(policy.model, FastWAM) and policy.normalizer.mode == "fastwam_min_max"
 
@@ -101,7 +101,7 @@ def test_states_beyond_their_range_clamp_at_five(policy, stats):
 
 def test_actions_leave_as_their_eval_sends_them(policy, stats):
     normalized = torch.linspace(-1.2, 1.2, 2 * 4 * 7).reshape(2, 4, 7)
-    ours = policy._env_actions(policy.normalizer.unnormalize_actions(normalized.numpy()))
+    ours = policy.model.config.env_actions(policy.normalizer.unnormalize_actions(normalized.numpy()))
     np.testing.assert_allclose(ours, theirs.env_actions(normalized, stats), rtol=1e-6, atol=1e-6)
     assert set(np.unique(ours[..., -1])) <= {-1.0, 1.0}
 

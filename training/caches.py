@@ -133,7 +133,8 @@ class TextFeatures:
         self.table = dict(cached or {})
         self.online = 0
 
-    def __call__(self, prompts: list[str]) -> torch.Tensor:
+    def __call__(self, instructions: list[str]) -> torch.Tensor:
+        prompts = self.model.config.prompts(instructions)  # as the model's convention words them
         missing = [p for p in dict.fromkeys(prompts) if p not in self.table]
         if missing:
             self.online += len(missing)
@@ -181,8 +182,8 @@ def _generate_video(model, clips, directory: Path, batch_size: int) -> int:
 
 
 def _generate_text(model, clips, directory: Path, max_samples: int | None) -> int:
-    prompts = list(dict.fromkeys(clips.dataset.task_of(e) for e in range(clips.dataset.num_episodes)))
-    prompts = prompts[:max_samples] if max_samples is not None else prompts
+    tasks = list(dict.fromkeys(clips.dataset.task_of(e) for e in range(clips.dataset.num_episodes)))
+    prompts = model.config.prompts(tasks[:max_samples] if max_samples is not None else tasks)  # TextFeatures' keys
     embeddings = model.encode_prompt(prompts).cpu() if prompts else torch.zeros(0)
     names = {f"t{i}": p for i, p in enumerate(prompts)}
     tmp = directory / (TEXT_FILE + ".tmp")

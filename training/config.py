@@ -2,7 +2,8 @@
 
 Top-level knob names are EasyWAM's (``batch_size``, ``gradient_accumulation_steps``,
 ``mixed_precision``, ``num_workers``, ``dataloader_*``, ``vae_micro_batch_size``); the model is
-``model.*`` (a :class:`~agents.wam.config.MoTConfig`, chosen with ``model=<preset>``), task
+``model.*`` (a :class:`~agents.wam.config.MoTConfig` or FastWAM's ``FastWAMConfig``, chosen with
+``model=<preset>``: tiny, wan22_ti2v_5b, wan21_t2v_1_3b, fastwam, fastwam_tiny), task
 recipes are ``task=<name>`` (training/conf/task/), infra profiles ``+infra=online|compile|cache``.
 
 Groups and their owners: the engine knobs (``deepspeed``, ``mixed_precision``, ``batch_size``,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from agents.wam.compile import CompileConfig
 from agents.wam.config import MoTConfig
@@ -72,7 +74,9 @@ class TrainConfig(EngineConfig):
     """The whole ``python -m training`` config; the engine knobs (EngineConfig) are its first fields."""
 
     task: str = "custom"  # the recipe's name, for logs
-    model: MoTConfig = field(default_factory=MoTConfig)  # the WAM (model=<preset>, then model.* overrides)
+    # the WAM: model=<preset> (MoT: tiny | wan22_ti2v_5b | wan21_t2v_1_3b; FastWAM: fastwam | fastwam_tiny), then
+    # model.* overrides; null: the tiny MoT. Typed Any because the presets are of two config classes.
+    model: Any = None
     dataset: DatasetConfig = field(default_factory=DatasetConfig)  # the demos
     init_from: str | None = None  # a checkpoint to fine-tune (else the preset's weights)
     lora: LoraSettings = field(default_factory=lambda: LoraSettings(enabled=False))  # adapters (lora.enabled=true)
@@ -106,6 +110,8 @@ class TrainConfig(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.model is None:
+            self.model = MoTConfig()
         self._own_vae_micro_batch_size()
         self._check_ranges()
         if not self.dataset.deterministic and (self.infra.latent_cache or self.video_latent_cache == "generate"):
@@ -144,8 +150,9 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     from agents.wam.config import PRESETS
+    from agents.wam.fastwam.config import PRESETS as FASTWAM_PRESETS
 
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
-    for name, make in PRESETS.items():
+    for name, make in {**PRESETS, **FASTWAM_PRESETS}.items():
         store.store(group="model", name=name, node=make())

@@ -8,6 +8,7 @@ resumed run draws the same noise an uninterrupted one would.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -20,12 +21,14 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from agents.wam.checkpoint import build_model, fit_to_vae, load_pretrained, save_pretrained
+from agents.wam.architectures import architecture, of_config
+from agents.wam.checkpoint import CONFIG_FILE, fit_to_vae
 from agents.wam.compile import compile_module, compiled_config
+from agents.wam.config import MoTConfig
 from agents.wam.inference_config import InferenceConfig
 from agents.wam.lora import add_lora
 from agents.wam.normalization import Normalizer
-from agents.wam.policy import STATS_FILE, WAMPolicy
+from agents.wam.policy import STATS_FILE
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training import run_dir
 from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint
@@ -86,7 +89,8 @@ def open_dataset(cfg: TrainConfig) -> LeRobotDataset:
     dataset = LeRobotDataset(cfg.dataset.root, cache_episodes=cfg.dataset.cache_episodes)
     if not cfg.init_from:
         _fit_geometry(cfg.model, dataset)
-        fit_to_vae(cfg.model)
+        if isinstance(cfg.model, MoTConfig):  # model.vae_path: a MoT's VAE may be one fit_vae trained
+            fit_to_vae(cfg.model)
     return dataset
 
 
@@ -94,16 +98,18 @@ def build(cfg: TrainConfig, device: torch.device, dataset: LeRobotDataset | None
     """The model (fresh preset, Wan weights or a checkpoint), fitted to the dataset."""
     dataset = dataset if dataset is not None else open_dataset(cfg)
     model_cfg = cfg.model
+    arch = of_config(model_cfg)
     if cfg.init_from:
-        model = load_pretrained(cfg.init_from, vae_micro_batch_size=model_cfg.vae_micro_batch_size)
+        _check_init_architecture(cfg.init_from, arch)
+        model = arch.load_model(cfg.init_from, vae_micro_batch_size=model_cfg.vae_micro_batch_size)
         fixed = ("cameras", "image_size", "action_horizon", "num_future_frames", "state_dim", "action_dim")
         ignored = [f for f in fixed if _as_list(getattr(model_cfg, f)) != _as_list(getattr(model.config, f))]
         if ignored:
             logger.warning("init_from=%s fixes the model's %s; the recipe's values are ignored", cfg.init_from, ignored)
     else:
-        model = build_model(model_cfg)
+        model = arch.build_model(model_cfg)
     if cfg.lora.enabled:
-        if not (cfg.init_from or model_cfg.pretrained_path):
+        if not (cfg.init_from or model_cfg.has_pretrained_weights):
             raise ValueError("LoRA fine-tunes trained weights: set init_from=<checkpoint> (or model.pretrained_path for Wan)")
         add_lora(model, cfg.lora)
     if cfg.model.backbone.use_gradient_checkpointing or cfg.infra.compile.enabled:
@@ -112,8 +118,19 @@ def build(cfg: TrainConfig, device: torch.device, dataset: LeRobotDataset | None
     stride = cfg.dataset.frame_stride or mc.default_frame_stride
     clips = ClipDataset(dataset, cameras=list(mc.cameras), image_size=tuple(mc.image_size), action_horizon=mc.action_horizon,
                         num_future_frames=mc.num_future_frames, frame_stride=stride, load_video=not cfg.infra.latent_cache,
-                        normalization=cfg.dataset.normalization)
+                        normalization=cfg.dataset.normalization, convention=mc)
     return model.to(device), dataset, clips
+
+
+def _check_init_architecture(init_from: str, arch) -> None:
+    """``init_from``'s model must be of the preset's architecture (its config is what the run trains)."""
+    config_file = Path(init_from).expanduser() / CONFIG_FILE
+    if not config_file.is_file():
+        return  # the loader names what is missing
+    saved = architecture(json.loads(config_file.read_text()), str(config_file))
+    if saved.name != arch.name:
+        raise ValueError(f"init_from={init_from} holds a {saved.name} model and model= chose a {arch.name} preset: "
+                         f"set model=<a {saved.name} preset> (e.g. model={'fastwam' if saved.name == 'fastwam' else 'tiny'})")
 
 
 def _as_list(value) -> list:
@@ -233,13 +250,17 @@ def save_final(module, final: Path, stats_path: Path, normalization: str | None 
     used with): both are published in one rename, so a kill never leaves a checkpoint whose actions
     eval would not un-normalise."""
     with run_dir.disk_full_reported(final, final.parent):
-        if normalization is None:
-            return save_pretrained(module, final, extra_files={STATS_FILE: stats_path})
+        config = module.config
+        save = of_config(config).save_model
+        stats = json.loads(Path(stats_path).read_text())
+        if normalization is None and config.dataset_stats(stats) == stats:
+            return save(module, final, extra_files={STATS_FILE: stats_path})
         final.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=final.parent) as tmp:
-            recorded = Path(tmp) / STATS_FILE  # the dataset's statistics, with the mode recorded in them
-            Normalizer.from_stats_file(stats_path, normalization).save(recorded)
-            return save_pretrained(module, final, extra_files={STATS_FILE: recorded})
+            # the dataset's statistics in the model's action units, with the mode recorded in them
+            recorded = Path(tmp) / STATS_FILE
+            Normalizer.from_stats(config.dataset_stats(stats), normalization, source=str(stats_path)).save(recorded)
+            return save(module, final, extra_files={STATS_FILE: recorded})
 
 
 def _micro_step(cfg, engine, model, batch, latent_cache, text_features, device, micro_step: int) -> dict[str, float]:
@@ -311,7 +332,8 @@ def _log_prediction(writer, model, clips, batch, text_features, step: int, devic
     model.eval()
     video = clips.video(int(batch["episode"][0]), int(batch["frame"][0]))[None].to(device)  # decoded even with a cache
     current = model.encode_video(video[:, :, :1])
-    x0 = WAMPolicy(model, _inference_config(model)).sample(current, batch["state"][:1].to(device),
+    policy = of_config(model.config).policy_class()(model, _inference_config(model))
+    x0 = policy.sample(current, batch["state"][:1].to(device),
                                                            text_features(list(batch["instruction"][:1])))
     predicted = model.decode_latents(torch.cat([current, x0["video"]], dim=2))
     frames = torch.cat([video, predicted], dim=-1)  # real | predicted, side by side

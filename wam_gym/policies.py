@@ -22,11 +22,11 @@ def checkpoint_policy(
     ckpt: str, inference, dataset_stats_path: str | None, prompt_cache_size: int, overrides: dict, device: str
 ):
     """Builds the checkpoint's policy (its architecture's: agents/wam/architectures.py) inside a model worker."""
-    from agents.wam.architectures import architecture, policy_class
+    from agents.wam.architectures import architecture
     from agents.wam.checkpoint import CONFIG_FILE
 
     config_file = Path(ckpt) / CONFIG_FILE
-    policy = policy_class(architecture(json.loads(config_file.read_text()), str(config_file)))
+    policy = architecture(json.loads(config_file.read_text()), str(config_file)).policy_class()
     return policy.from_checkpoint(
         ckpt, inference, dataset_stats_path, device=device, prompt_cache_size=prompt_cache_size, **overrides
     )

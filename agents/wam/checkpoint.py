@@ -54,20 +54,30 @@ def save_pretrained(model: MoTWAM, directory: str | Path, extra_files: Mapping[s
 
     ``extra_files`` (name -> source file) are copied in before the publish, so the checkpoint
     appears with them or not at all (training adds the dataset stats this way)."""
+    return publish(model, directory, (*COMPONENTS, "tokenizer"), extra_files)
+
+
+def publish(model, directory: str | Path, components: tuple[str, ...], extra_files: Mapping[str, str | Path] | None = None
+            ) -> Path:
+    """Write the model's ``components`` (its attributes of those names, each in its library's format),
+    its LoRA adapters (``lora/``), its config and ``extra_files``, published in one rename."""
     target = Path(directory)
     with atomic_dir(target) as staging:
         for name, source in (extra_files or {}).items():
             shutil.copyfile(source, staging / name)
-        for name in COMPONENTS:
-            _save_component(getattr(model, name), staging / name)
-        model.tokenizer.save_pretrained(str(staging / "tokenizer"))
+        for name in components:
+            if name == "tokenizer":
+                model.tokenizer.save_pretrained(str(staging / name))
+            else:
+                save_component(getattr(model, name), staging / name)
         if has_lora(model):
             save_lora(model, staging / "lora")
         model.config.save(staging / CONFIG_FILE)
     return target
 
 
-def _save_component(module: torch.nn.Module, path: Path) -> None:
+def save_component(module: torch.nn.Module, path: Path) -> None:
+    """One component in its library's format (with adapters: the base weights under the plain names)."""
     if not has_lora(module):
         module.save_pretrained(str(path), safe_serialization=True)
         return

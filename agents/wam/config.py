@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -136,16 +137,55 @@ class ModelConfig:
     cameras: tuple[str, ...]  # tiled side by side, each image_size
     image_size: tuple[int, int]
     num_future_frames: int
+    action_horizon: int
 
     @property
     def latent_frames(self) -> int:
         """Latent frames of the current frame plus the predicted future."""
         return 1 + self.num_future_frames // self.vae.scale_factor_temporal
 
+    vae_micro_batch_size: int | None  # VAE encode/decode in chunks of this many clips; None: whole batch
+
+    # ----------------------------------------------------------------- its input/output convention
+    # A model reads observations and writes actions the way it was trained to; these say how. The MoT's
+    # are wam_gym's own (as training.collect records an env); FastWAM's are its checkpoint's ``inputs``.
     @property
     def crops_frames(self) -> bool:
         """Whether the model's input convention crops and scales every frame itself (any render size is then fine)."""
         return False
+
+    def input_frames(self, pixels: Mapping[str, Any], num_images: int, device=None):
+        """Camera images (uint8 (N, H, W, 3) per camera) -> the model's (N, 3, h, w * cameras) in [-1, 1]."""
+        from agents.wam.frames import model_frames
+
+        return model_frames(pixels, self.cameras, self.image_size, num_images, device)
+
+    def prompts(self, instructions: Sequence[str]) -> list[str]:
+        """Instructions -> what the text encoder reads."""
+        return list(instructions)
+
+    def env_actions(self, actions):
+        """Un-normalised actions (B, T, A) -> what the env is sent."""
+        return actions
+
+    def dataset_actions(self, actions):
+        """A dataset's env actions -> the units the model predicts (the inverse of :meth:`env_actions`)."""
+        return actions
+
+    def dataset_stats(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        """A dataset's statistics (LeRobot's layout) -> those of :meth:`dataset_actions`' units."""
+        return dict(stats)
+
+    @property
+    def has_pretrained_weights(self) -> bool:
+        """Whether a model built from this config starts from trained weights (LoRA needs some)."""
+        return False
+
+    @property
+    def default_frame_stride(self) -> int:
+        """Env steps between predicted frames when a recipe does not say: the future spans the chunk
+        (FastWAM's 32 frames for 32 actions: every step, as their clips are cut)."""
+        return max(1, self.action_horizon // max(1, self.num_future_frames))
 
     @property
     def latent_size(self) -> tuple[int, int]:
@@ -216,14 +256,13 @@ class MoTConfig(ModelConfig):
             raise ValueError(f"image_size={tuple(self.image_size)} must be divisible by {multiple} (VAE x patch)")
 
     @property
+    def has_pretrained_weights(self) -> bool:
+        return self.pretrained_path is not None
+
+    @property
     def spatial_multiple(self) -> int:
         """Pixels per video token side: the VAE's spatial factor times the transformer patch."""
         return self.vae.scale_factor_spatial * self.backbone.patch_size[1]
-
-    @property
-    def default_frame_stride(self) -> int:
-        """Env steps between predicted frames when a recipe does not say: the future spans the chunk."""
-        return max(1, self.action_horizon // max(1, self.num_future_frames))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

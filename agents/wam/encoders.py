@@ -60,6 +60,10 @@ class FrozenEncoders(nn.Module):
         self.vae.requires_grad_(False)
         self.text_encoder.requires_grad_(False)
 
+    def enable_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each layer (both experts) in backward: memory for compute."""
+        self.config.backbone.use_gradient_checkpointing = enabled
+
     def train(self: Model, mode: bool = True) -> Model:
         """Train the experts; the frozen encoders stay in eval mode (no dropout, ever)."""
         super().train(mode)
@@ -115,8 +119,9 @@ class FrozenEncoders(nn.Module):
         return mean, std
 
     def _vae_chunks(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The batches the VAE runs on: the whole batch (a subclass may split it to bound the VAE's memory)."""
-        return (x,)
+        """Chunks of ``vae_micro_batch_size`` clips (read on each call: benchmarks change it on a live model)."""
+        size = self.config.vae_micro_batch_size
+        return (x,) if size is None else x.split(size)
 
     @torch.no_grad()
     def encode_video(self, frames: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from agents.wam import wan_adapter as wan
 from agents.wam.attention import attention
@@ -79,4 +80,18 @@ def mot_layer(
     xa = wan.finish_self_attention(action_block, xa, oa, ma)
     xv = cross_and_ffn(video_block, xv, mv, ctx.video_text, ctx, ("video", index))
     xa = cross_and_ffn(action_block, xa, ma, ctx.action_text, ctx, ("action", index))
+    return xv, xa
+
+
+def mot_layers(
+    video_blocks, action_blocks, xv: torch.Tensor, xa: torch.Tensor | None, ctx: LayerContext, recompute: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Every layer in turn (``action_blocks`` may be Nones: the video expert alone). ``recompute``: gradient
+    checkpointing, each layer's activations recomputed in backward (only while gradients are being taken)."""
+    recompute = recompute and torch.is_grad_enabled()
+    for index, (video_block, action_block) in enumerate(zip(video_blocks, action_blocks)):
+        if recompute:
+            xv, xa = checkpoint(mot_layer, video_block, action_block, xv, xa, ctx, index, use_reentrant=False)
+        else:
+            xv, xa = mot_layer(video_block, action_block, xv, xa, ctx, index)
     return xv, xa

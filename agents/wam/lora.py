@@ -87,6 +87,17 @@ def base_state_dict(module: nn.Module) -> dict:
     }
 
 
+def merged_state_dict(module: nn.Module) -> dict:
+    """The module's weights with its adapters merged in (W + scale * B A), under the plain module's names:
+    what a checkpoint format without adapters (FastWAM's own) holds. Merges ``module`` in place."""
+    from peft.tuners.lora import LoraLayer
+
+    for layer in module.modules():
+        if isinstance(layer, LoraLayer):
+            layer.merge()
+    return base_state_dict(module)
+
+
 def save_lora(model: nn.Module, directory: Path) -> None:
     from peft import get_peft_model_state_dict
 

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from diffusers import AutoencoderKLWan
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 from transformers import UMT5EncoderModel
 
 from agents.wam import wan_adapter as wan
@@ -29,7 +28,7 @@ from agents.wam.action_expert import ActionExpert
 from agents.wam.attention import ResolvedBackends
 from agents.wam.config import MoTConfig
 from agents.wam.encoders import FrozenEncoders
-from agents.wam.layers import LayerContext, mot_layer
+from agents.wam.layers import LayerContext, mot_layers
 from agents.wam.precision import apply_precision
 from agents.wam.wan_adapter import WanTransformer3DModel
 
@@ -103,15 +102,7 @@ class MoTWAM(FrozenEncoders):
         """The concrete attention kernel for this model's device (resolved and logged once)."""
         return self._backends.on(self.config.backbone.attention_backend, self.device)
 
-    def enable_gradient_checkpointing(self, enabled: bool = True) -> None:
-        self.config.backbone.use_gradient_checkpointing = enabled
-
     # ----------------------------------------------------------------- encoders
-    def _vae_chunks(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Chunks of ``vae_micro_batch_size`` clips (read on each call: benchmarks change it on a live model)."""
-        size = self.config.vae_micro_batch_size
-        return (x,) if size is None else x.split(size)
-
     # ----------------------------------------------------------------- video target
     def video_target(self, current: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
         """What the video stream denoises (``model.video_target``), from normalised latents: the
@@ -173,12 +164,8 @@ class MoTWAM(FrozenEncoders):
             xv = xv.to(dtype)
             xa = xa.to(dtype) if with_actions else None
             action_blocks = wan.expert_blocks(ax) if with_actions else [None] * len(wan.expert_blocks(tr))
-            recompute = self.config.backbone.use_gradient_checkpointing and torch.is_grad_enabled()
-            for i, (video_block, action_block) in enumerate(zip(wan.expert_blocks(tr), action_blocks)):
-                if recompute:
-                    xv, xa = checkpoint(mot_layer, video_block, action_block, xv, xa, ctx, i, use_reentrant=False)
-                else:
-                    xv, xa = mot_layer(video_block, action_block, xv, xa, ctx, i)
+            xv, xa = mot_layers(wan.expert_blocks(tr), action_blocks, xv, xa, ctx,
+                                self.config.backbone.use_gradient_checkpointing)
 
         with self._precision("projectors") as dtype:
             action_velocity = ax.head(xa.to(dtype), temb_a).float() if with_actions else None

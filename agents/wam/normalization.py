@@ -180,6 +180,24 @@ def from_fastwam_layout(stats: Mapping[str, Any], source: str) -> dict[str, Any]
     return {**converted, MODE_KEY: "fastwam_min_max"}
 
 
+def affine_stats(stats: Mapping[str, Any], scale: np.ndarray, offset: np.ndarray) -> dict[str, Any]:
+    """One feature's statistics after ``x -> scale * x + offset`` per dimension (a negative scale swaps
+    min and max, and q01 with q99): what the dataset's statistics would have been in those units."""
+    scale, offset = np.asarray(scale, dtype=np.float64), np.asarray(offset, dtype=np.float64)
+    mapped = dict(stats)
+    for name, value in stats.items():
+        if name in ("mean", "min", "max") or (name.startswith("q") and name[1:].isdigit()):
+            mapped[name] = scale * np.asarray(value, dtype=np.float64) + offset
+        elif name == "std":
+            mapped[name] = np.abs(scale) * np.asarray(value, dtype=np.float64)
+    flipped = scale < 0
+    for low, high in [("min", "max"), *((f"q{n:02d}", f"q{100 - n:02d}") for n in range(1, 50))]:
+        if low in mapped and high in mapped:
+            a, b = np.asarray(mapped[low]), np.asarray(mapped[high])
+            mapped[low], mapped[high] = np.where(flipped, b, a), np.where(flipped, a, b)
+    return {name: _listed(value) if isinstance(value, np.ndarray) else value for name, value in mapped.items()}
+
+
 def unit_stats(state_dim: int, action_dim: int) -> dict[str, dict[str, list[float]]]:
     """Statistics under which the default normalisation changes nothing (state mean 0 and std 1,
     actions in [-1, 1]): a random-weight checkpoint's, in tests and benches."""

@@ -18,7 +18,7 @@ import torch
 from agents.policy import Prediction
 from agents.wam.checkpoint import STATS_FILE  # noqa: F401 (re-exported)
 from agents.wam.compile import compile_module
-from agents.wam.frames import model_frames, video_to_uint8
+from agents.wam.frames import video_to_uint8
 from agents.wam.inference_config import InferenceConfig, SamplerConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
@@ -104,9 +104,8 @@ class WAMPolicy:
         return self._tiled(pixels, batch)[:, :, None]
 
     def _tiled(self, pixels: Mapping[str, Any], batch: int) -> torch.Tensor:
-        """The cameras' images as one (B, 3, H, W * cameras) picture in [-1, 1]."""
-        cfg = self.model.config
-        return model_frames(pixels, cfg.cameras, cfg.image_size, batch, self.model.device)
+        """The cameras' images as one (B, 3, H, W * cameras) picture in [-1, 1], as the model's convention has it."""
+        return self.model.config.input_frames(pixels, batch, self.model.device)
 
     def _state(self, state: Any, batch: int) -> torch.Tensor:
         state = np.asarray(state)
@@ -119,15 +118,11 @@ class WAMPolicy:
         return torch.from_numpy(self.normalizer.normalize_state(state)).to(self.model.device)
 
     def _instructions(self, instruction: Any, batch: int) -> list[str]:
-        """The prompts the text encoder reads: the instructions (a subclass may template them)."""
+        """The prompts the text encoder reads: the instructions, as the model's convention words them."""
         texts = [instruction] if isinstance(instruction, str) else list(instruction)
         if len(texts) != batch or not all(isinstance(t, str) for t in texts):
             raise ValueError(f"instruction must be {batch} string(s), got {instruction!r}")
-        return texts
-
-    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
-        """Un-normalised actions -> what the env is sent (a subclass may convert them)."""
-        return actions
+        return self.model.config.prompts(texts)
 
     # ----------------------------------------------------------------- call
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Prediction:
@@ -173,7 +168,7 @@ class WAMPolicy:
     def _predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None) -> Prediction:
         current, state, text = self._condition(obs, _rows(obs))
         x0 = self.sample(current, state, text, noise_seeds)
-        actions = self._env_actions(self.normalizer.unnormalize_actions(x0["action"].cpu().numpy()))
+        actions = self.model.config.env_actions(self.normalizer.unnormalize_actions(x0["action"].cpu().numpy()))
         video = None
         if "video" in x0 and self.config.visualize_future_video:
             video = video_to_uint8(self.model.decode_latents(torch.cat([current, x0["video"]], dim=2)))

@@ -6,8 +6,8 @@ Sample ``(episode, t)``:
   ``t, t + s, ..., t + num_future_frames * s`` (``s = frame_stride``; past the episode's end
   the last frame repeats), cameras side by side in the given order, each resized to
   ``image_size`` with bilinear antialiasing when stored at another size: made by
-  :func:`agents.wam.frames.model_frames`, the same function :class:`agents.wam.WAMPolicy`
-  applies to observations at inference.
+  :func:`agents.wam.frames.model_frames`, or by the ``convention``'s ``input_frames`` (the model's):
+  the same function :class:`agents.wam.WAMPolicy` applies to observations at inference.
 * ``state``: float32 ``(S,)``; ``actions``: float32 ``(action_horizon, A)``, actions
   ``t .. t + action_horizon - 1`` (the last action repeats past the end, flagged in
   ``action_is_pad``). ``next_states``: float32 ``(action_horizon, S)``, the state after each
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,6 +30,9 @@ from torch.utils.data import Dataset
 
 from agents.wam.frames import model_frames
 from training.data.lerobot import LeRobotDataset
+
+if TYPE_CHECKING:
+    from agents.wam.config import ModelConfig
 
 
 class ClipDataset(Dataset):
@@ -47,8 +50,13 @@ class ClipDataset(Dataset):
         normalization: str | None = None,
         episodes: Sequence[int] | None = None,
         load_video: bool = True,
+        convention: ModelConfig | None = None,
     ):
+        """``convention``: the model config whose input/output convention the samples follow (its
+        ``input_frames``, ``dataset_actions`` and ``dataset_stats``: what its policy inverts at inference);
+        None: wam_gym's own (:func:`~agents.wam.frames.model_frames`, env actions as they are)."""
         self.dataset = dataset if isinstance(dataset, LeRobotDataset) else LeRobotDataset(dataset, require_stats=stats_normalize)
+        self.convention = convention
         ds = self.dataset
         self.cameras = tuple(cameras) if cameras is not None else ds.cameras
         if not self.cameras:
@@ -80,6 +88,9 @@ class ClipDataset(Dataset):
             from agents.wam.normalization import Normalizer
 
             self.normalizer = Normalizer.from_stats_file(ds.stats_path, normalization)
+            if convention is not None:  # the statistics of the actions in the model's units
+                stats = convention.dataset_stats(self.normalizer.stats)
+                self.normalizer = Normalizer.from_stats(stats, normalization, source=str(ds.stats_path))
         else:
             self.normalizer = None
 
@@ -124,6 +135,8 @@ class ClipDataset(Dataset):
         actions = table["action"][np.minimum(action_ids, length - 1)]
         state = table["state"][t]
         next_states = table["state"][np.minimum(action_ids + 1, length - 1)]
+        if self.convention is not None:
+            actions = self.convention.dataset_actions(actions)
         if self.normalizer is not None:
             state = self.normalizer.normalize_state(state)
             next_states = self.normalizer.normalize_state(next_states)
@@ -145,5 +158,8 @@ class ClipDataset(Dataset):
         length = int(self.dataset.episode_lengths[ep])
         frame_ids = np.minimum(t + self.frame_stride * np.arange(self.num_future_frames + 1), length - 1)
         pixels = {cam: self.dataset.episode_frames(ep, cam)[frame_ids] for cam in self.cameras}  # (F, H, W, 3) uint8
-        frames = model_frames(pixels, self.cameras, self.image_size, len(frame_ids))  # (F, 3, H, W * cams)
+        if self.convention is None:
+            frames = model_frames(pixels, self.cameras, self.image_size, len(frame_ids))  # (F, 3, H, W * cams)
+        else:
+            frames = self.convention.input_frames(pixels, len(frame_ids))
         return frames.permute(1, 0, 2, 3).contiguous()

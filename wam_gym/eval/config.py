@@ -36,8 +36,9 @@ class EvaluationConfig:
     remote_timeout_s: float = 300.0  # agent=remote: longest wait for one answer, and for the server to come back
     # one model call (InferenceConfig, see inference())
     num_inference_steps: int = SamplerConfig.num_inference_steps  # denoising steps: model calls per chunk
-    sampler: str = SamplerConfig.name  # flow_euler | unipc | dpmpp | ddim
-    shift: float = SamplerConfig.shift  # flow shift; 1.0 = none, above 1 = more steps at high noise
+    sampler: str | None = SamplerConfig.name  # flow_euler | unipc | dpmpp | ddim; null: the model's (MoT unipc, FastWAM Euler)
+    # flow shift; 1.0 = none, above 1 = more steps at high noise; null: the model's (MoT 5.0, FastWAM its schedules')
+    shift: float | None = SamplerConfig.shift
     inference_cross_kv_reuse: bool = InferenceConfig.inference_cross_kv_reuse  # text K/V once per call (same outputs)
     visualize_future_video: bool = InferenceConfig.visualize_future_video  # decode the predicted future frames
     future_video: str = InferenceConfig.future_video  # sample | expected: which predicted future is decoded

@@ -40,7 +40,7 @@ def checkpoint_dir(ckpt: str | None) -> Path:
 
 def load_model_config(path: Path):
     """The checkpoint's config (a MoTConfig, or its architecture's), every field of the JSON checked against its type."""
-    from agents.wam.architectures import architecture, config_class
+    from agents.wam.architectures import architecture
     from agents.wam.checkpoint import MissingCheckpointError
 
     try:
@@ -50,7 +50,7 @@ def load_model_config(path: Path):
                                      "corrupt; re-save it, or copy it again") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a model config (a JSON object); re-save the checkpoint")
-    config_type = config_class(architecture(data, str(path)))
+    config_type = architecture(data, str(path)).config_class()
     problem = type_problem(config_type, {k: v for k, v in data.items() if k != "architecture"})
     if problem:
         raise ValueError(f"{path}: {problem}; fix that field, or re-save the checkpoint")

@@ -14,7 +14,9 @@ library's format, safetensors only:
     transformer/        diffusers WanTransformer3DModel: the video expert, loadable by diffusers alone
     action_expert/      FastWAMActionDiT
     proprio_encoder/    ProprioEncoder
-    vae/ text_encoder/ tokenizer/   when the model carries them (save_fastwam(..., encoders=True))
+    vae/ text_encoder/ tokenizer/   the encoders (a converted release has them with --encoders)
+    lora/               optional peft adapters (agents/wam/lora.py); their .pt gets them merged in
+    dataset_stats.json  the statistics actions are un-normalised with (theirs, or training's)
 """
 
 from __future__ import annotations
@@ -30,12 +32,21 @@ from diffusers import AutoencoderKLWan
 from transformers import AutoTokenizer, UMT5EncoderModel
 
 from agents.wam import wan_adapter as wan
-from agents.wam.checkpoint import CONFIG_FILE, STATS_FILE, MissingCheckpointError, _read_json, _require_dir, _require_weights
+from agents.wam.checkpoint import (
+    CONFIG_FILE,
+    STATS_FILE,
+    MissingCheckpointError,
+    _read_json,
+    _require_dir,
+    _require_weights,
+    publish,
+)
 from agents.wam.fastwam.action_dit import FastWAMActionDiT
 from agents.wam.fastwam.config import FastWAMConfig, preset
 from agents.wam.fastwam.embeddings import ProprioEncoder
 from agents.wam.fastwam.layout import LayoutError, to_ours, to_theirs
 from agents.wam.fastwam.model import BUILDERS, FastWAM
+from agents.wam.lora import load_lora, merged_state_dict
 from agents.wam.precision import module_dtype
 from wam_gym.utils.publish import atomic_dir
 
@@ -238,16 +249,25 @@ def _load_encoders(root: Path, config: FastWAMConfig) -> dict:
 
 
 # ----------------------------------------------------------------------------- our directory
-def save_fastwam(model: FastWAM, directory: str | Path, encoders: bool = False) -> Path:
-    """Write our checkpoint directory atomically (safetensors); ``encoders``: with the VAE, UMT5 and tokenizer."""
-    target = Path(directory)
-    with atomic_dir(target) as staging:
-        for name in (*DENOISER, *(ENCODERS if encoders else ())):
-            getattr(model, name).save_pretrained(str(staging / name), safe_serialization=True)
-        if encoders:
-            model.tokenizer.save_pretrained(str(staging / "tokenizer"))
-        model.config.save(staging / CONFIG_FILE)
-    return target
+def build_fastwam(config: FastWAMConfig) -> FastWAM:
+    """A model to train from ``config``: random weights at the tiny size; the released size trains from
+    their weights only (``init_from``), never from scratch."""
+    if config.preset != "fastwam_tiny":
+        raise MissingCheckpointError(
+            f"model={config.preset} fine-tunes FastWAM's released weights: convert them (python "
+            "scripts/convert_fastwam_checkpoint.py to-ours <their .pt> DIR --encoders <Wan2.2-TI2V-5B-Diffusers>) and "
+            "set init_from=DIR (model=fastwam_tiny trains from random weights)")
+    return FastWAM(config)
+
+
+def save_fastwam(
+    model: FastWAM, directory: str | Path, extra_files: Mapping[str, str | Path] | None = None, encoders: bool = True,
+) -> Path:
+    """Write our checkpoint directory atomically (safetensors): the denoiser, with ``encoders`` the VAE, UMT5
+    and tokenizer, LoRA adapters in ``lora/`` (the base weights under their plain names), and ``extra_files``
+    (name -> source file, e.g. training's dataset_stats.json), all published in one rename."""
+    encoder_parts = (*ENCODERS, "tokenizer") if encoders else ()
+    return publish(model, directory, (*DENOISER, *encoder_parts), extra_files)
 
 
 def _our_config(root: Path) -> FastWAMConfig:
@@ -260,11 +280,19 @@ def _our_config(root: Path) -> FastWAMConfig:
 
 
 def read_our_checkpoint(directory: str | Path) -> dict[str, torch.Tensor]:
-    """Our directory's denoiser weights in their flat layout (no encoders are built)."""
+    """Our directory's denoiser weights in their flat layout (no encoders are built); LoRA adapters
+    (``lora/``) merged into the weights they adapt, as their format has no adapters."""
     root = Path(directory).expanduser()
     config = _our_config(root)
-    return {to_theirs(f"{name}.{key}"): value for name in DENOISER
-            for key, value in _load(name, root / name, config).state_dict().items()}
+    parts = {name: _load(name, root / name, config) for name in DENOISER}
+    if (root / "lora").is_dir():
+        experts = torch.nn.Module()  # load_lora finds the experts by their attribute names
+        experts.transformer, experts.action_expert = parts["transformer"], parts["action_expert"]
+        load_lora(experts, root / "lora")
+        states = {name: merged_state_dict(module) for name, module in parts.items()}
+    else:
+        states = {name: module.state_dict() for name, module in parts.items()}
+    return {to_theirs(f"{name}.{key}"): value for name, state in states.items() for key, value in state.items()}
 
 
 def load_fastwam(directory: str | Path, encoders_from: str | Path | None = None, **overrides) -> FastWAM:
@@ -277,7 +305,10 @@ def load_fastwam(directory: str | Path, encoders_from: str | Path | None = None,
     source = root if (root / "vae").is_dir() else (Path(encoders_from).expanduser() if encoders_from else None)
     if source is not None:
         parts.update(_load_encoders(source, config))
-    return FastWAM(config, **parts)
+    model = FastWAM(config, **parts)
+    if (root / "lora").is_dir():
+        load_lora(model, root / "lora")
+    return model
 
 
 def _load(name: str, folder: Path, config: FastWAMConfig) -> torch.nn.Module:

@@ -79,15 +79,33 @@ class FastWAMConfig(ModelConfig):
     num_future_frames: int = 8  # predicted pixel frames after the current one (4 per latent frame)
     video_mode: str = "action_only"  # action_only: their infer_action (video K/V once per call); joint: infer_joint
     inputs: FastWAMInputs = field(default_factory=FastWAMInputs)  # how observations and actions are read (inputs.py)
+    vae_micro_batch_size: int | None = None  # VAE encode/decode in chunks of this many clips; null: whole batch
 
     def __post_init__(self) -> None:
         if self.video_mode not in VIDEO_MODES:
             raise ValueError(f"video_mode={self.video_mode!r}: choose one of {VIDEO_MODES}")
         self.vae.check_future_frames(self.num_future_frames, "num_future_frames")
+        if self.vae_micro_batch_size is not None and self.vae_micro_batch_size < 1:
+            raise ValueError("vae_micro_batch_size must be null (whole batch) or a positive integer")
 
     @property
     def crops_frames(self) -> bool:
         return self.inputs.resize == "cover_crop"
+
+    def input_frames(self, pixels, num_images: int, device=None):
+        return self.inputs.frames(pixels, self.cameras, self.image_size, num_images, device)
+
+    def prompts(self, instructions):
+        return self.inputs.prompts(instructions)
+
+    def env_actions(self, actions):
+        return self.inputs.env_actions(actions)
+
+    def dataset_actions(self, actions):
+        return self.inputs.dataset_actions(actions)
+
+    def dataset_stats(self, stats):
+        return self.inputs.dataset_stats(stats)
 
     @property
     def text_tokens(self) -> int:

@@ -76,6 +76,25 @@ class FastWAMInputs:
     def prompts(self, instructions: Sequence[str]) -> list[str]:
         return [self.prompt_template.format(task=text) for text in instructions]
 
+    # ----------------------------------------------------------------- env -> model (training data)
+    def dataset_actions(self, actions: np.ndarray) -> np.ndarray:
+        """A dataset's env actions (..., A) in the units the model predicts (the inverse of :meth:`env_actions`
+        before its binarization)."""
+        if self.gripper == "as_is":
+            return actions
+        scale, offset = _gripper_affine(actions.shape[-1])
+        return (actions * scale + offset).astype(actions.dtype)
+
+    def dataset_stats(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        """A dataset's statistics file (LeRobot's layout) with the action statistics in the model's units."""
+        if self.gripper == "as_is":
+            return dict(stats)
+        from agents.wam.normalization import affine_stats
+        from envs.protocol import LEROBOT_ACTION
+
+        dim = len(stats[LEROBOT_ACTION]["min"])
+        return {**stats, LEROBOT_ACTION: affine_stats(stats[LEROBOT_ACTION], *_gripper_affine(dim))}
+
     # ----------------------------------------------------------------- model -> env
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
         """Un-normalised actions (B, T, A) -> what the env is sent."""
@@ -85,6 +104,13 @@ class FastWAMInputs:
         if self.binarize_gripper:
             actions[..., -1] = np.sign(actions[..., -1])
         return actions
+
+
+def _gripper_affine(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, offset) taking env actions to the model's (their 0 closed / 1 open): ``g = (1 - env) / 2``."""
+    scale, offset = np.ones(dim), np.zeros(dim)
+    scale[-1], offset[-1] = -0.5, 0.5
+    return scale, offset
 
 
 def _image(views: Mapping[str, np.ndarray], camera: str, batch: int) -> np.ndarray:

@@ -1,10 +1,10 @@
 """FastWAM as a served policy: a batch of observations in, action chunks (and predicted frames) out.
 
 :class:`FastWAMPolicy` is :class:`~agents.wam.policy.WAMPolicy` (batching, padding to compiled sizes,
-the prompt cache, per-row noise seeds, the finiteness check) around FastWAM's own inference: its input
-conventions (the checkpoint's ``inputs``, :mod:`agents.wam.fastwam.inputs`), its Euler steps on its own
-schedules (:mod:`agents.wam.fastwam.sampling`: ``action_only`` runs their ``infer_action``, ``joint`` their
-``infer_joint``) and its gripper convention on the way out.
+the prompt cache, per-row noise seeds, the finiteness check, and the input/output convention the model's
+config gives: for FastWAM its checkpoint's ``inputs``, :mod:`agents.wam.fastwam.inputs`) around FastWAM's own
+inference: its Euler steps on its own schedules (:mod:`agents.wam.fastwam.sampling`: ``action_only`` runs
+their ``infer_action``, ``joint`` their ``infer_joint``).
 
     policy = FastWAMPolicy.from_checkpoint("ckpt/fastwam_libero")   # a directory the converter wrote
     chunk = policy.predict(obs, noise_seeds=[0, 1]).actions           # (B, 32, 7), LIBERO's units
@@ -12,12 +12,11 @@ schedules (:mod:`agents.wam.fastwam.sampling`: ``action_only`` runs their ``infe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from agents.wam.fastwam.model import FastWAM
@@ -53,17 +52,6 @@ class FastWAMPolicy(WAMPolicy):
     @staticmethod
     def _sampler(config: SamplerConfig) -> FastWAMSteps:
         return FastWAMSteps(config)
-
-    # ----------------------------------------------------------------- their conventions
-    def _tiled(self, pixels: Mapping[str, Any], batch: int) -> torch.Tensor:
-        cfg = self.model.config
-        return cfg.inputs.frames(pixels, cfg.cameras, cfg.image_size, batch, self.model.device)
-
-    def _instructions(self, instruction: Any, batch: int) -> list[str]:
-        return self.model.config.inputs.prompts(super()._instructions(instruction, batch))
-
-    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
-        return self.model.config.inputs.env_actions(actions)
 
     # ----------------------------------------------------------------- their inference
     @torch.no_grad()
