@@ -58,10 +58,18 @@ def describe(flat: dict) -> list[str]:
 
 
 def their_stats(checkpoint: Path) -> Path | None:
-    """Their dataset_stats.json where their evaluation looks for it: beside the checkpoint or in a folder above."""
+    """Their statistics where their evaluation looks for them (``dataset_stats.json`` beside the checkpoint or
+    in a folder up to three above), or the one ``*dataset_stats.json`` there (their release names it after
+    the task, e.g. ``libero_uncond_2cam224_dataset_stats.json``)."""
     for folder in list(checkpoint.resolve().parents)[:4]:
         if (folder / "dataset_stats.json").is_file():
             return folder / "dataset_stats.json"
+        named = sorted(folder.glob("*dataset_stats.json"))
+        if len(named) > 1:
+            sys.exit(f"error: {folder} holds several statistics files ({', '.join(p.name for p in named)}): "
+                     "pass the checkpoint's with --stats")
+        if named:
+            return named[0]
     return None
 
 

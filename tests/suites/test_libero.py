@@ -514,3 +514,97 @@ def test_vla_eval_runner_with_its_libero_config_needs_no_flags(main_venv_server,
                 "send_state=true), or map the model's state to one of those with SERVE.vla_eval_keys") \
             in episode["failure_detail"]
         assert grew == {"vla_eval_requests": 0, "vla_eval_episodes": 1, "errors": 1}
+
+
+# ----------------------------------------------------------------- FastWAM under its own LIBERO protocol
+FASTWAM_CAMERAS = ("agentview", "robot0_eye_in_hand")
+
+
+def test_fastwam_libero_inputs_are_their_evaluations_for_the_same_init_state():
+    """LIBERO-Spatial task 0, init state 0, settled with the protocol's 30 no-ops, rendered at 256: robosuite's
+    own renderer draws the frames their evaluation reads (bottom row first). Their preprocessing, transcribed
+    in tests/fastwam_their_libero.py, and our fastwam_libero convention give the same model inputs."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import fastwam_their_libero as theirs
+    import torch
+    from libero.libero import benchmark
+    from robosuite.utils.binding_utils import MjRenderContextOffscreen
+
+    from agents.wam.fastwam.inputs import convention
+    from agents.wam.normalization import Normalizer, from_fastwam_layout
+
+    env = LiberoEnv(suite="Spatial", task_id=0, image_size=256, settle_steps=30)
+    try:
+        obs, _ = env.reset(options={"init_state_id": 0})
+        sim = env._sim.sim
+        sim.add_render_context(MjRenderContextOffscreen(sim, device_id=-1))
+        raw = {camera: sim.render(camera_name=camera, height=256, width=256) for camera in FASTWAM_CAMERAS}
+        o = env._sim_obs
+        their_state = theirs.state(o["robot0_eef_pos"], o["robot0_eef_quat"], o["robot0_gripper_qpos"])
+    finally:
+        env.close()
+    inputs = convention("fastwam_libero")
+    expected = theirs.model_image(raw["agentview"], raw["robot0_eye_in_hand"])
+    # the same pixels: our convention is their preprocessing, bit for bit
+    from_raw = inputs.frames({c: raw[c][::-1][None] for c in FASTWAM_CAMERAS}, FASTWAM_CAMERAS, (224, 224), 1)
+    assert torch.equal(from_raw, expected)
+    # our renderer's upright frames are robosuite's raw frames upside down (up to GL rounding in a few pixels)
+    ours = inputs.frames({c: obs["pixels"][c][None] for c in FASTWAM_CAMERAS}, FASTWAM_CAMERAS, (224, 224), 1)
+    assert float((ours - expected).abs().mean()) < 1e-3, float((ours - expected).abs().mean())
+    np.testing.assert_allclose(obs["state"], their_state, rtol=0, atol=1e-6)
+    stats = {group: {"default": {"global_min": [-1.0] * dim, "global_max": [1.0] * dim}} for group, dim in
+             (("state", 8), ("action", 7))}
+    normalizer = Normalizer.from_stats(from_fastwam_layout(stats, "their dataset_stats.json"))
+    np.testing.assert_allclose(normalizer.normalize_state(obs["state"][None])[0],
+                               theirs.normalize_state(their_state, stats).numpy(), atol=1e-6)
+    task = benchmark.get_benchmark_dict()["libero_spatial"]().get_task(0)
+    assert inputs.prompts([obs["instruction"]]) == [theirs.PROMPT.format(task=task.language)]
+
+
+# A tiny random FastWAM with LIBERO's geometry and FastWAM's LIBERO conventions: their chunk of 32 actions, their
+# statistics file layout (unit ranges). Run by the main venv's python.
+_MAKE_FASTWAM_CKPT = """
+import json, sys
+from agents.wam.fastwam import FastWAM, preset, save_fastwam
+from agents.wam.fastwam.inputs import convention
+path = sys.argv[1]
+config = preset("fastwam_tiny", cameras=("agentview", "robot0_eye_in_hand"), image_size=(32, 32), action_horizon=32,
+                num_future_frames=32, inputs=convention("fastwam_libero"))
+save_fastwam(FastWAM(config), path)
+stats = {g: {"default": {"global_min": [-1.0] * d, "global_max": [1.0] * d}} for g, d in (("state", 8), ("action", 7))}
+open(f"{path}/dataset_stats.json", "w").write(json.dumps(stats))
+"""
+FASTWAM_TASKS, FASTWAM_TRIALS = (f"{SPATIAL}:0", f"{SPATIAL}:1"), 2
+
+
+@pytest.mark.slow  # four 400-step episodes rendered at 256 px: about 3 minutes on 2 CPU cores
+def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
+    """The protocol's whole episodes (30 settle steps, 400 policy steps, chunks of 32 replanned every 10), two
+    Spatial tasks x two trials from this venv against the tiny FastWAM served by the main venv; the server's
+    broker answers the four episodes' requests in shared batches."""
+    _needs_libero()
+    ckpt = tmp_path / "fastwam"
+    made = subprocess.run([str(MAIN_PYTHON), "-c", _MAKE_FASTWAM_CKPT, str(ckpt)], cwd=ROOT, env=_main_venv_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    out = tmp_path / "eval"
+    with launched([f"ckpt={ckpt}", "MULTIRUN.inference_batch_size=4", "MULTIRUN.inference_batch_wait_ms=200"],
+                  python=str(MAIN_PYTHON), env=_main_venv_env(), cwd=ROOT, log=tmp_path / "serve.log") as server:
+        command = [sys.executable, "-m", "wam_gym.eval", "benchmark=libero", "EVALUATION.agent=remote",
+                   f"EVALUATION.remote_url=ws://127.0.0.1:{server.port}", "EVALUATION.protocol=fastwam_libero",
+                   f"MULTIRUN.task_sets=[{','.join(FASTWAM_TASKS)}]", f"EVALUATION.num_trials={FASTWAM_TRIALS}",
+                   "MULTIRUN.env_num_per_worker=4", f"EVALUATION.output_dir={out}"]
+        ran = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500,
+                             env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
+        assert ran.returncode == 0, (ran.stdout + ran.stderr)[-5000:]
+        broker = _server_stats(server.port)["broker"]
+        assert stop(server.process) == 0, server.log.read_text()[-3000:]
+    records = [json.loads(p.read_text()) for p in (out / "episodes").glob("*/*.json")]
+    assert sorted((r["task"], r["trial"]) for r in records) == sorted(
+        (t, k) for t in FASTWAM_TASKS for k in range(FASTWAM_TRIALS))
+    for record in records:  # random weights never succeed: every episode runs the protocol's 400 steps
+        assert (record["steps"], record["init_state_id"], record["seed"]) == (400, record["trial"], 42 + record["trial"])
+    protocol = json.loads((out / "protocol.json").read_text())["protocol"]
+    assert protocol["EVALUATION.protocol"] == "fastwam_libero" and protocol["suites"]["libero"]["settle_steps"] == 30
+    calls = len(records) * 400 // 10  # a model call every 10 executed actions
+    assert broker["requests"] == calls and broker["requests"] / broker["batches"] > 1, broker
