@@ -13,7 +13,8 @@ conversion scripts). Their file is read with ``torch.load(weights_only=True)`` o
 
 ``--preset`` picks the shapes to check against (``fastwam``: the released LIBERO model; ``fastwam_tiny``);
 the action and proprio sizes come from the checkpoint. The VAE, UMT5 and tokenizer are not in their file:
-``--encoders`` copies them in (else ``load_fastwam(dir, encoders_from=<Wan2.2-TI2V-5B-Diffusers folder>)``).
+``--encoders`` takes them from Wan2.2-TI2V-5B's own folder (the files their loader reads, each key mapped by
+agents/wam/fastwam/wan_original.py) or from its diffusers folder (else ``load_fastwam(dir, encoders_from=...)``).
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     ours.add_argument("--stats", type=Path, default=None,
                       help="their dataset_stats.json (default: one beside the .pt or up to three folders above it)")
     ours.add_argument("--encoders", type=Path, default=None,
-                      help="a Wan2.2-TI2V-5B diffusers folder: its vae/, text_encoder/, tokenizer/ are copied in")
+                      help="Wan2.2-TI2V-5B's own folder (Wan2.2_VAE.pth, models_t5_umt5-xxl-enc-bf16.pth, google/umt5-xxl/: "
+                           "what their loader reads; mapped to diffusers/transformers) or its diffusers folder (vae/, "
+                           "text_encoder/, tokenizer/: copied): the VAE, UMT5 and tokenizer their .pt lacks")
     theirs = sub.add_parser("to-theirs", help="our checkpoint directory -> their .pt")
     theirs.add_argument("source", type=Path)
     theirs.add_argument("target", type=Path)

@@ -133,8 +133,9 @@ def test_the_source_never_unpickles_what_it_reads():
     assert len(ipc) == 1 and "return pickle.loads(data)" in source[int(ipc[0].split()[1].rstrip(":")) - 1], ipc
     torch_loads = sorted(str(p.relative_to(ROOT)) for p in source_files() for n, _ in calls(p.read_text())
                          if n == "torch.load")
-    # optimizer.pt and scheduler.pt, and DeepSpeed's ds/*.pt; FastWAM's released .pt: all weights_only=True (above)
-    assert torch_loads == ["agents/wam/fastwam/checkpoint.py", *["training/engine/checkpoint.py"] * 2]
+    # optimizer.pt and scheduler.pt, and DeepSpeed's ds/*.pt; FastWAM's released .pt and Wan's .pth (one reader,
+    # wan_original.read_torch_file): all weights_only=True (above)
+    assert torch_loads == ["agents/wam/fastwam/wan_original.py", *["training/engine/checkpoint.py"] * 2]
 
 
 # ----------------------------------------------------------------- (a) pickle payloads in checkpoints

@@ -82,6 +82,10 @@ class VAEConfig:
     out_channels: int = 3  # pixel channels out (x patch_size^2 when patchified)
     scale_factor_temporal: int = 4  # pixel frames per latent frame (after the first)
     scale_factor_spatial: int = 8  # pixels per latent cell side
+    decoder_base_dim: int | None = None  # channels of the decoder's first stage (Wan2.2: 256); null: base_dim
+    # per-channel statistics latents are normalised with (a trained VAE's, e.g. Wan2.2's); null: 0 and 1
+    latents_mean: tuple[float, ...] | None = None
+    latents_std: tuple[float, ...] | None = None  # see latents_mean
 
     @classmethod
     def from_diffusers(cls, config: dict[str, Any]) -> VAEConfig:
@@ -108,8 +112,8 @@ class VAEConfig:
         kwargs["dim_mult"] = list(self.dim_mult)
         kwargs["temperal_downsample"] = list(self.temperal_downsample)
         # Random-weight VAEs have no measured latent statistics: identity normalisation.
-        kwargs["latents_mean"] = [0.0] * self.z_dim
-        kwargs["latents_std"] = [1.0] * self.z_dim
+        kwargs["latents_mean"] = list(self.latents_mean) if self.latents_mean is not None else [0.0] * self.z_dim
+        kwargs["latents_std"] = list(self.latents_std) if self.latents_std is not None else [1.0] * self.z_dim
         return kwargs
 
 

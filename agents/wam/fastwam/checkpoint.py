@@ -22,7 +22,6 @@ library's format, safetensors only:
 from __future__ import annotations
 
 import dataclasses
-import pickle
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +40,7 @@ from agents.wam.checkpoint import (
     _require_weights,
     publish,
 )
+from agents.wam.fastwam import wan_original
 from agents.wam.fastwam.action_dit import FastWAMActionDiT
 from agents.wam.fastwam.config import FastWAMConfig, preset
 from agents.wam.fastwam.embeddings import ProprioEncoder
@@ -66,17 +66,8 @@ def read_their_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise MissingCheckpointError(f"{path} is not a file; pass FastWAM's checkpoint (.pt), e.g. its LIBERO release")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise MissingCheckpointError(
-            f"{path} holds more than tensors and containers, and is not unpickled ({str(exc).splitlines()[0]}); "
-            "a FastWAM checkpoint is a dict of state dicts: re-save it with torch.save({'mot': model.mot.state_dict(), ...})"
-        ) from exc
-    except (RuntimeError, EOFError) as exc:
-        raise MissingCheckpointError(
-            f"{path} cannot be read as a torch.save file ({exc}); it is truncated or not a checkpoint"
-        ) from exc
+    payload = wan_original.read_torch_file(path, "a FastWAM checkpoint is a dict of state dicts: re-save it with "
+                                                 "torch.save({'mot': model.mot.state_dict(), ...})")
     if not isinstance(payload, Mapping) or "mot" not in payload:
         found = sorted(payload) if isinstance(payload, Mapping) else type(payload).__name__
         raise MissingCheckpointError(
@@ -192,8 +183,8 @@ def from_their_checkpoint(
 ) -> FastWAM:
     """A FastWAM with their checkpoint's weights. ``config`` defaults to the ``fastwam`` preset; its
     action and proprio sizes come from the checkpoint. The VAE, UMT5 and tokenizer (not in their file)
-    come from ``encoders_from``, a local diffusers folder of Wan2.2-TI2V-5B (its ``vae/``,
-    ``text_encoder/``, ``tokenizer/``), else they are built with random weights."""
+    come from ``encoders_from`` (:func:`_load_encoders`: Wan2.2-TI2V-5B's own folder, as their loader reads
+    it, or its diffusers folder), else they are built with random weights."""
     flat = read_their_checkpoint(path)
     config = fit_config(flat, config or preset("fastwam"))
     encoders = {} if encoders_from is None else _load_encoders(Path(encoders_from).expanduser(), config)
@@ -216,15 +207,20 @@ def convert_their_checkpoint(
     config = fit_config(flat, config or preset("fastwam"))
     denoiser = _denoiser_on_meta(config, dtype=next(iter(flat.values())).dtype)
     _load_denoiser(denoiser, flat, config.preset)
-    sources = _encoder_folders(Path(encoders_from).expanduser()) if encoders_from else {}
     if stats is not None and not Path(stats).is_file():
         raise MissingCheckpointError(f"--stats {stats} is not a file; pass their dataset_stats.json (it ships "
                                      "beside their checkpoint)")
+    wan = Path(encoders_from).expanduser() if encoders_from else None
+    folders = _encoder_folders(wan) if wan is not None and not is_wan_original(wan) else {}
+    encoders = _load_encoders(wan, config) if wan is not None and not folders else {}
     target = Path(directory)
     with atomic_dir(target) as staging:
-        for name, module in denoiser.items():
+        tokenizer = encoders.pop("tokenizer", None)
+        for name, module in {**denoiser, **encoders}.items():
             module.save_pretrained(str(staging / name), safe_serialization=True)
-        for name, folder in sources.items():
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(staging / "tokenizer"))
+        for name, folder in folders.items():  # already diffusers/transformers folders: copied as they are
             shutil.copytree(folder, staging / name)
         if stats is not None:
             shutil.copyfile(stats, staging / STATS_FILE)
@@ -232,17 +228,31 @@ def convert_their_checkpoint(
     return target
 
 
+def is_wan_original(root: Path) -> bool:
+    """Whether a folder is Wan's own release layout (Wan2.2_VAE.pth, ...) rather than its diffusers one."""
+    return (root / wan_original.VAE_FILE).is_file()
+
+
 def _encoder_folders(root: Path) -> dict[str, Path]:
     """The encoder folders of a Wan2.2-TI2V-5B diffusers directory, each checked to hold safetensors weights."""
-    _require_dir(root, "encoders_from", "pass a local diffusers folder of Wan2.2-TI2V-5B (vae/, text_encoder/, tokenizer/)")
+    _require_dir(root, "encoders_from", _ENCODERS_HELP)
     for name in ENCODERS:
         _require_weights(root / name, root)
     _require_dir(root / "tokenizer", "tokenizer folder", f"{root} lacks tokenizer/: copy the whole diffusers folder")
     return {name: root / name for name in (*ENCODERS, "tokenizer")}
 
 
+_ENCODERS_HELP = ("pass Wan-AI/Wan2.2-TI2V-5B's own folder (Wan2.2_VAE.pth, models_t5_umt5-xxl-enc-bf16.pth, "
+                  "google/umt5-xxl/: what FastWAM's loader reads) or its diffusers folder (vae/, text_encoder/, tokenizer/)")
+
+
 def _load_encoders(root: Path, config: FastWAMConfig) -> dict:
-    _require_dir(root, "encoders_from", "pass a local diffusers folder of Wan2.2-TI2V-5B (vae/, text_encoder/, tokenizer/)")
+    """The VAE, UMT5 and tokenizer from Wan2.2-TI2V-5B's own folder (their original layout, mapped by
+    :mod:`agents.wam.fastwam.wan_original`) or from its diffusers folder."""
+    _require_dir(root, "encoders_from", _ENCODERS_HELP)
+    if is_wan_original(root):
+        dtypes = tuple(module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[n])) for n in ENCODERS)
+        return wan_original.load_encoders(root, config.vae, config.text_encoder, dtypes)
     parts = {name: _load(name, root / name, config) for name in ENCODERS}
     parts["tokenizer"] = AutoTokenizer.from_pretrained(str(root / "tokenizer"), local_files_only=True)
     return parts

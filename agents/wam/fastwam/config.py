@@ -125,6 +125,20 @@ class FastWAMConfig(ModelConfig):
         return from_data(cls, {k: v for k, v in data.items() if k != "architecture"}, groups)
 
 
+WAN22_LATENTS_MEAN = (
+    -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557, -0.1382, 0.0542, 0.2813, 0.0891,
+    0.1570, -0.0098, 0.0375, -0.1825, -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108, -0.2158, 0.2502,
+    -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.1230, -0.0313, -0.1649, 0.0117, 0.0723,
+    -0.2839, -0.2083, -0.0520, 0.3748, 0.0152, 0.1957, 0.1433, -0.2944, 0.3573, -0.0548, -0.1681, -0.0667,
+)
+WAN22_LATENTS_STD = (
+    0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.4990, 0.4818, 0.5013, 0.8158, 1.0344, 0.5894, 1.0901,
+    0.6885, 0.6165, 0.8454, 0.4978, 0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659,
+    0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093, 0.5709, 0.6065, 0.6415, 0.4944,
+    0.5726, 1.2042, 0.5458, 1.6887, 0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
+)
+
+
 def _fastwam() -> FastWAMConfig:
     # Their configs/model/fastwam.yaml with configs/data/libero_2cam.yaml's sizes.
     return FastWAMConfig(
@@ -134,10 +148,12 @@ def _fastwam() -> FastWAMConfig:
             freq_dim=256, ffn_dim=14336, num_layers=30,
         ),
         action_expert=FastWAMActionConfig(dim=1024, ffn_dim=4096, freq_dim=256),
-        # Wan2.2's VAE: 48 channels, 16x spatial (2x2 patchify inside), 4x temporal.
+        # Wan2.2's VAE: 48 channels, 16x spatial (2x2 patchify inside), 4x temporal, a wider decoder, and the
+        # latent statistics it normalises with (Wan2.2's measured ones, as their WanVideoVAE38 holds them).
         vae=VAEConfig(
-            base_dim=160, z_dim=48, dim_mult=(1, 2, 4, 4), num_res_blocks=2, temperal_downsample=(False, True, True),
-            is_residual=True, patch_size=2, in_channels=12, out_channels=12, scale_factor_spatial=16,
+            base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=(1, 2, 4, 4), num_res_blocks=2,
+            temperal_downsample=(False, True, True), is_residual=True, patch_size=2, in_channels=12, out_channels=12,
+            scale_factor_spatial=16, latents_mean=WAN22_LATENTS_MEAN, latents_std=WAN22_LATENTS_STD,
         ),
         # UMT5-XXL's encoder; their LIBERO config truncates instructions to 128 tokens.
         text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=128),
