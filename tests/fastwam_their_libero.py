@@ -11,13 +11,21 @@ renderer returns them (bottom row first), the state read from ``robot0_eef_pos``
 
 from __future__ import annotations
 
+import html
 import math
+import re
 
 import numpy as np
 import torch
 from PIL import Image
 
 PROMPT = "A video recorded from a robot's point of view executing the following instruction: {task}"
+
+
+def prompt(task: str) -> str:
+    """DEFAULT_PROMPT filled, then their HuggingfaceTokenizer's clean='whitespace' (ftfy absent: a no-op here)."""
+    text = html.unescape(html.unescape(PROMPT.format(task=task))).strip()
+    return re.sub(r"\s+", " ", text).strip()
 
 
 def center_crop_resize(image: np.ndarray, width: int, height: int) -> np.ndarray:

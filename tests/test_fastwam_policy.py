@@ -89,7 +89,9 @@ def test_model_inputs_are_their_libero_inputs(policy, stats):
     torch.testing.assert_close(
         torch.from_numpy(policy.normalizer.normalize_state(obs["state"])), theirs.normalize_state(obs["state"], stats),
         rtol=0, atol=STATE_TOLERANCE)
-    assert policy._instructions(obs["instruction"], 1) == [theirs.PROMPT.format(task=obs["instruction"][0])]
+    assert policy._instructions(obs["instruction"], 1) == [theirs.prompt(obs["instruction"][0])]
+    messy = "  put the bowl &amp; the plate\n on   the stove "
+    assert policy._instructions([messy], 1) == [theirs.prompt(messy)]
 
 
 def test_states_beyond_their_range_clamp_at_five(policy, stats):

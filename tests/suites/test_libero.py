@@ -554,11 +554,11 @@ def test_fastwam_libero_inputs_are_their_evaluations_for_the_same_init_state():
     np.testing.assert_allclose(obs["state"], their_state, rtol=0, atol=1e-6)
     stats = {group: {"default": {"global_min": [-1.0] * dim, "global_max": [1.0] * dim}} for group, dim in
              (("state", 8), ("action", 7))}
-    normalizer = Normalizer.from_stats(from_fastwam_layout(stats, "their dataset_stats.json"))
+    normalizer = Normalizer.from_stats(from_fastwam_layout(stats, "their dataset_stats.json"), "fastwam_min_max")
     np.testing.assert_allclose(normalizer.normalize_state(obs["state"][None])[0],
                                theirs.normalize_state(their_state, stats).numpy(), atol=1e-6)
     task = benchmark.get_benchmark_dict()["libero_spatial"]().get_task(0)
-    assert inputs.prompts([obs["instruction"]]) == [theirs.PROMPT.format(task=task.language)]
+    assert inputs.prompts([obs["instruction"]]) == [theirs.prompt(task.language)]
 
 
 # A tiny random FastWAM with LIBERO's geometry and FastWAM's LIBERO conventions: their chunk of 32 actions, their

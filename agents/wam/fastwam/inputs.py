@@ -11,7 +11,8 @@ can forget: a mirrored camera or a gripper of the wrong sign would silently lose
     at commit 45d8e14): each camera mirrored left to right (their frames are robosuite's raw frames turned
     180 degrees; robosuite's raw frame is our upright frame upside down, so theirs is ours mirrored), scaled
     to cover ``image_size`` and centre-cropped (PIL bilinear, to uint8), cameras side by side, ``x * 2/255 - 1``;
-    the prompt ``A video recorded from a robot's point of view executing the following instruction: {task}``;
+    the prompt ``A video recorded from a robot's point of view executing the following instruction: {task}``,
+    cleaned as their tokenizer cleans it;
     the gripper action from their dataset's 0 = closed, 1 = open to LIBERO's -1 = open, +1 = closed
     (``-(2 g - 1)``), then its sign.
 """
@@ -19,6 +20,8 @@ can forget: a mirrored camera or a gripper of the wrong sign would silently lose
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +46,9 @@ class FastWAMInputs:
     # cover_crop (PIL bilinear to cover it, centre crop, rounded to uint8: their _center_crop_resize)
     resize: str = "stretch"
     prompt_template: str = "{task}"  # the instruction becomes this, {task} replaced by it
+    # their tokenizer's clean="whitespace": HTML entities unescaped, whitespace runs made one space, ends stripped
+    # (ftfy's mojibake repair, which it also runs when installed, is left out: our instructions are already text)
+    clean_prompt: bool = False
     # the action's last dimension: as_is | open_one_to_libero (their 0 closed / 1 open -> LIBERO's -1 open / +1 closed)
     gripper: str = "as_is"
     binarize_gripper: bool = False  # send only the gripper action's sign
@@ -74,7 +80,10 @@ class FastWAMInputs:
         return x * (2.0 / 255.0) - 1.0
 
     def prompts(self, instructions: Sequence[str]) -> list[str]:
-        return [self.prompt_template.format(task=text) for text in instructions]
+        prompts = [self.prompt_template.format(task=text) for text in instructions]
+        if self.clean_prompt:
+            prompts = [re.sub(r"\s+", " ", html.unescape(html.unescape(p))).strip() for p in prompts]
+        return prompts
 
     # ----------------------------------------------------------------- env -> model (training data)
     def dataset_actions(self, actions: np.ndarray) -> np.ndarray:
@@ -136,7 +145,7 @@ CONVENTIONS = {
     "fastwam_libero": FastWAMInputs(
         name="fastwam_libero", mirror=True, resize="cover_crop",
         prompt_template="A video recorded from a robot's point of view executing the following instruction: {task}",
-        gripper="open_one_to_libero", binarize_gripper=True,
+        clean_prompt=True, gripper="open_one_to_libero", binarize_gripper=True,
     ),
 }
 
