@@ -94,3 +94,15 @@ def small_dataset(tmp_path_factory):
     assert collect(["wam_gym/MetaWorld-reach-v3"], episodes=1, output=root, image_size=32, max_steps=12,
                    log=None)["frames"] == 12
     return root
+
+
+@pytest.fixture(scope="session")
+def openpi_python() -> Path:
+    """The real openpi-client in a venv of its own (.venv-openpi: it pins numpy<2); made once, then reused."""
+    venv = Path(__file__).resolve().parents[1] / ".venv-openpi"
+    python = venv / "bin" / "python"
+    if not python.exists() or subprocess.run([python, "-c", "import openpi_client.websocket_client_policy"]).returncode:
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "openpi-client==0.1.2",
+                        "numpy<2", "typing_extensions"], check=True)
+    return python

@@ -217,6 +217,41 @@ def load_truncated_weights(ctx: Ctx):
     load_pretrained(ckpt)
 
 
+def load_truncated(name: str) -> Callable[[Ctx], object]:
+    """A checkpoint one of whose files an interrupted copy cut short."""
+    def trigger(ctx: Ctx):
+        from agents.wam import load_pretrained
+
+        ckpt = checkpoint_copy(ctx)
+        (ckpt / name).write_bytes((ckpt / name).read_bytes()[:40])
+        load_pretrained(ckpt)
+
+    return trigger
+
+
+def agent_chunk(actions: np.ndarray) -> Callable[[Ctx], object]:
+    """A policy server answering a chunk the env (4-d actions) cannot take."""
+    def trigger(ctx: Ctx):
+        from gymnasium import spaces
+
+        from agents.policy import Prediction
+        from agents.wam.agent import WAMAgent
+
+        class Server:
+            action_horizon = None
+
+            def __str__(self) -> str:
+                return "the policy server at ws://127.0.0.1:8000"
+
+            def predict(self, obs):
+                return Prediction(actions=actions)
+
+        agent = WAMAgent(Server(), action_space=spaces.Box(-1, 1, (4,), np.float32))
+        agent.act({"pixels": {}, "state": np.zeros((1, 4), np.float32), "instruction": ["reach"]})
+
+    return trigger
+
+
 def load_truncated_lora(ctx: Ctx):
     from agents.wam import LoraSettings, add_lora, build_model, load_pretrained, preset, save_pretrained
 
@@ -347,9 +382,10 @@ def eval_rerun(before: Callable[[Ctx, Path], object] | None = None, **changes) -
         from wam_gym.results import EpisodeRecord, ResultStore
 
         out = ctx.tmp / "out"
+        EvalManager(eval_config(ctx, num_trials=2, seed=7)).protocol.resume(has_episodes=False, allow=False)
         for trial in range(2):
             ResultStore(out).write(EpisodeRecord("wam_gym/MetaWorld-reach-v3", trial, 7 + trial, True, 10, 1.0))
-        EvalManager(eval_config(ctx, num_trials=2, seed=7)).run()  # records the run's identity
+        EvalManager(eval_config(ctx, num_trials=2, seed=7)).run()  # every episode on disk: nothing runs
         if before is not None:
             before(ctx, out)
         EvalManager(eval_config(ctx, num_trials=2, **{"seed": 7, **changes})).run()
@@ -698,6 +734,18 @@ def cases() -> list[Case]:
              ValueError, r"pixels/corner is uint8 \(2, 64, 64\); the contract is uint8 \(B, H, W, 3\)"),
         Case("obs-state-wrong-size", predict(lambda o: o.update(state=o["state"][:, :3])), ValueError,
              r"state is float32 \(2, 3\); the model needs float \(B, 4\) with B=2"),
+        Case("obs-state-not-finite", predict(lambda o: o["state"].__setitem__((1, 2), np.nan)), ValueError,
+             r"the observation's state holds NaN/inf \(rows \[1\], dimensions \[2\]\), as the env or client sent it: "
+             r"the model was not called"),
+        Case("obs-pixels-empty", predict(lambda o: o["pixels"].update(corner=np.zeros((2, 0, 0, 3), np.uint8))),
+             ValueError, r"pixels/corner is uint8 \(2, 0, 0, 3\); the contract is uint8 \(B, H, W, 3\) with B=2 and "
+                         r"H, W >= 1"),
+        Case("agent-chunk-wrong-width", agent_chunk(np.zeros((1, 4, 3), f32)), ValueError,
+             r"the policy server at ws://127\.0\.0\.1:8000 answered actions of \(3,\) per step; the env takes \(4,\): "
+             r"the policy was made for another env"),
+        Case("agent-chunk-empty", agent_chunk(np.zeros((1, 0, 4), f32)), ValueError,
+             r"the policy server at ws://127\.0\.0\.1:8000 answered a chunk of no actions \(\(1, 0, 4\)\); every answer "
+             r"needs at least one action"),
         Case("model-nan-output", nan_output, NonFiniteOutputError,
              r"non-finite action values \(NaN/inf\); no action was sent.*model\.encoder_mode\.\*=fp32"),
         # --- checkpoints
@@ -713,6 +761,10 @@ def cases() -> list[Case]:
              r"names non-safetensors shards .*only safetensors weights are loaded \(convert the shards"),
         Case("ckpt-corrupt-lora", load_truncated_lora, ValueError,
              r"LoRA weights \S+ are truncated or corrupt .*; re-save the adapters"),
+        Case("ckpt-corrupt-tokenizer", load_truncated("tokenizer/tokenizer_config.json"), MissingCheckpointError,
+             r"tokenizer/ cannot be loaded \(.*\); its files are truncated or corrupt: re-save the checkpoint"),
+        Case("ckpt-corrupt-text-encoder", load_truncated("text_encoder/model.safetensors"), MissingCheckpointError,
+             r"text_encoder/ cannot be loaded \(.*\); its files are truncated or corrupt: re-save the checkpoint"),
         Case("ckpt-missing-stats", call("agents.wam.normalization:Normalizer.from_stats_file", "/nonexistent/stats.json"),
              FileNotFoundError, r"dataset stats \S+ not found; point EVALUATION\.dataset_stats_path at"),
         # --- evaluation
@@ -725,7 +777,7 @@ def cases() -> list[Case]:
         Case("eval-gpu-on-cpu", call("wam_gym.broker:worker_devices", BrokerConfig(num_gpus=1), available_gpus=0), BrokerError,
              r"MULTIRUN\.num_gpus=1 but no CUDA device is visible; set MULTIRUN\.num_gpus=0"),
         Case("eval-zero-actors", call("wam_gym.eval.config:MultirunConfig", env_num_per_worker=0), ValueError,
-             r"MULTIRUN\.env_num_per_worker must be >= 1, got 0"),
+             r"MULTIRUN\.env_num_per_worker must be >= 1 \(actors per model worker\), got 0"),
         Case("eval-zero-trials", call("wam_gym.eval.config:EvaluationConfig", num_trials=0), ValueError,
              r"EVALUATION\.num_trials must be >= 1 \(episodes per task\), got 0"),
         Case("eval-zero-replan-steps", call("wam_gym.eval.config:EvaluationConfig", replan_steps=0), ValueError,
@@ -736,6 +788,10 @@ def cases() -> list[Case]:
              r"EVALUATION\.video_fps must be >= 1, got 0"),
         Case("eval-negative-seed", call("wam_gym.eval.config:EvaluationConfig", seed=-1), ValueError,
              r"EVALUATION\.seed must be >= 0 \(trial k uses seed \+ k\), got -1"),
+        Case("eval-stall-zero", call("wam_gym.eval.config:EvaluationConfig", actor_stall_s=0), ValueError,
+             r"EVALUATION\.actor_stall_s must be > 0 \(seconds\) or null \(off\), got 0"),
+        Case("eval-negative-restarts", call("wam_gym.eval.config:MultirunConfig", max_worker_restarts=-1), ValueError,
+             r"MULTIRUN\.max_worker_restarts must be >= 0 \(0: the first death stops the run\), got -1"),
         Case("eval-unknown-video-camera", eval_manager(video_camera="front"), ValueError,
              r"EVALUATION\.video_camera='front': \S+ renders cameras \['corner', 'gripperPOV'\]; pick one of them"),
         Case("eval-task-index-without-task-ids", eval_manager(tasks=("wam_gym/MetaWorld-reach-v3:3",)), ValueError,
@@ -777,6 +833,10 @@ def cases() -> list[Case]:
         Case("eval-resume-mismatch", eval_rerun(seed=8), ResumeMismatch,
              r"holds episodes run with other settings: EVALUATION\.seed was 7, now 8\..*use a new EVALUATION\.output_dir, "
              r"or set EVALUATION\.allow_resume_mismatch=true"),
+        Case("eval-resume-without-protocol", eval_rerun(lambda ctx, out: (out / "protocol.json").unlink()),
+             ResumeMismatch, r"holds episodes but no protocol\.json: the settings they ran with are unknown, and resuming "
+                             r"would count them as this run's\. Use a new EVALUATION\.output_dir, or set "
+                             r"EVALUATION\.allow_resume_mismatch=true"),
         Case("eval-output-dir-busy", eval_rerun(hold_lock), OutputDirBusy,
              r"is in use by another evaluation \(pid \d+ on \S+, since \S+: .*\): wait for it to finish, or use another "
              r"EVALUATION\.output_dir"),
@@ -789,7 +849,7 @@ def cases() -> list[Case]:
         Case("serve-python-without-cameras", serve_config(agent="python", policy="example_policy:make_policy"),
              ValueError, r"EVALUATION\.agent=python needs SERVE\.cameras=\[\.\.\.\]: the cameras your policy takes"),
         Case("serve-bad-port", call("wam_gym.serve.config:ServeSettings", port=70000), ValueError,
-             r"SERVE\.port=70000 must be in 0\.\.65535 \(0: any free port\)"),
+             r"SERVE\.port must be in \[0, 65535\] \(0: any free port\), got 70000"),
         Case("serve-key-map-unknown", served_frame({}, {"pixels.wrist": "image"}), ValueError,
              r"SERVE\.openpi_keys maps \['pixels\.wrist'\], which name no input of the model; map any of"),
         Case("serve-obs-missing-key", served_frame({"prompt": "reach"}), ObservationError,

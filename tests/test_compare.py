@@ -133,3 +133,22 @@ def test_two_real_runs_and_the_cli(tmp_path):
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "EVALUATION.max_episode_steps is in A" in refused.stderr and "60, in B" in refused.stderr
+
+
+def test_a_run_that_mixes_settings_or_holds_foreign_records_says_so(tmp_path):
+    """A resume allowed to ignore a difference leaves a run of two settings (protocol.json records it for good);
+    a record whose seed is not its trial's is another run's: the comparison says both, in its report and JSON."""
+    a = make_run(tmp_path / "a", {A_TASK: [True, False, True]})
+    mixed = {**PROTOCOL, "resumed_despite": [{"field": "ckpt", "recorded": {"fingerprint": "aaaa"},
+                                              "now": {"fingerprint": "cccc"}}]}
+    b = make_run(tmp_path / "b", {A_TASK: [True, True, True]}, protocol=mixed, fingerprint="bbbb")
+    foreign = next((a / "episodes").glob("*/00002.json"))
+    foreign.write_text(json.dumps({**json.loads(foreign.read_text()), "seed": 99}))
+    result = compare(a, b)
+    assert result["mixed"] == {"B": mixed["resumed_despite"]}
+    assert len(result["records_skipped"]["A"]) == 1 and "ran with seed 99, not EVALUATION.seed + trial = 2" in \
+        result["records_skipped"]["A"][0]
+    assert result["overall"]["pairs"] == 2 and foreign.is_file()  # left out, not moved: it is another run's dir
+    report = format_report(result)
+    assert "B mixes episodes of other settings (resumed with EVALUATION.allow_resume_mismatch=true: ckpt was" in report
+    assert "A: 1 record(s) left out: " in report

@@ -207,3 +207,45 @@ def test_no_field_copies_between_engine_and_training_config():
     source = inspect.getsource(TrainConfig)
     own = {node.target.id for node in ast.parse(source).body[0].body if isinstance(node, ast.AnnAssign)}
     assert own.isdisjoint(f.name for f in dataclasses.fields(EngineConfig))
+
+
+# ----------------------------------------------------------------------------- knob ranges (issue 39, class 6)
+def _range_tables():
+    from wam_gym.broker import BrokerConfig
+    from wam_gym.eval.config import EVALUATION_RANGES, MULTIRUN_RANGES, MultirunConfig
+    from wam_gym.serve.config import SERVE_RANGES, ServeSettings
+
+    return {"EVALUATION": (EvaluationConfig, EVALUATION_RANGES), "MULTIRUN": (MultirunConfig, MULTIRUN_RANGES),
+            "SERVE": (ServeSettings, SERVE_RANGES), "MULTIRUN (broker)": (BrokerConfig, MULTIRUN_RANGES)}
+
+
+@pytest.mark.parametrize("group", ["EVALUATION", "MULTIRUN", "SERVE", "MULTIRUN (broker)"])
+def test_every_numeric_knob_has_a_range(group):
+    cls, ranges = _range_tables()[group]
+    numeric = {f.name for f in dataclasses.fields(cls)
+               if any(t in str(f.type).replace(" ", "").split("|") for t in ("int", "float"))}
+    assert numeric <= set(ranges), f"{group} knobs without a range: {sorted(numeric - set(ranges))}"
+    for name, allowed in ranges.items():  # the default is in range
+        if name in numeric:
+            assert allowed.holds(cls.__dataclass_fields__[name].default), name
+
+
+@pytest.mark.parametrize("group, knob, value, message", [
+    ("EVALUATION", "actor_stall_s", 0, r"EVALUATION\.actor_stall_s must be > 0 \(seconds\) or null \(off\), got 0"),
+    ("MULTIRUN", "max_worker_restarts", -1, r"MULTIRUN\.max_worker_restarts must be >= 0 .*, got -1"),
+    ("MULTIRUN", "startup_timeout_s", 0.0, r"MULTIRUN\.startup_timeout_s must be > 0 \(seconds\), got 0\.0"),
+    ("MULTIRUN", "inference_batch_wait_ms", float("nan"), r"inference_batch_wait_ms must be >= 0 .*, got nan"),
+    ("SERVE", "max_sessions", 0, r"SERVE\.max_sessions must be >= 1 \(concurrent connections\), got 0"),
+])
+def test_a_knob_out_of_range_is_refused_naming_its_range(group, knob, value, message):
+    cls = _range_tables()[group][0]
+    with pytest.raises(ValueError, match=message):
+        cls(**{knob: value})
+
+
+def test_readme_lists_every_knob_range():
+    from wam_gym.utils.ranges import table
+
+    tables = _range_tables()
+    expected = table({group: tables[group][1] for group in ("EVALUATION", "MULTIRUN", "SERVE")})
+    assert expected in (ROOT / "README.md").read_text(), "README's Knob ranges table is stale:\n" + expected

@@ -251,7 +251,8 @@ def test_cli_refuses_to_resume_another_runs_output_dir(tmp_path):
         store.write(EpisodeRecord(REACH, k, 3 + k, success=False, steps=5, reward=0.0))
     common = ["EVALUATION.agent=random", f"MULTIRUN.task_sets=[{REACH}]", "EVALUATION.num_trials=2",
               "EVALUATION.output_dir=out", "EVALUATION.tensorboard=false"]
-    assert cli(*common, "EVALUATION.seed=3", cwd=tmp_path).returncode == 0
+    # episodes without a protocol.json: the first run takes them as its own only when told to
+    assert cli(*common, "EVALUATION.seed=3", "EVALUATION.allow_resume_mismatch=true", cwd=tmp_path).returncode == 0
 
     result = cli(*common, "EVALUATION.seed=4", cwd=tmp_path)
 
@@ -454,10 +455,12 @@ def test_libero_trials_pin_the_init_state_and_metaworld_does_not(tmp_path):
 
     # With every episode on disk nothing is simulated, and the summary says init states were pinned.
     out = tmp_path / "out"
+    cfg = config(out, tasks=(LIBERO_TASK,), trials=2, tensorboard=False)
+    EvalManager(cfg).protocol.resume(has_episodes=False, allow=False)  # as the run that wrote them left it
     store = ResultStore(out)
     for k in range(2):
         store.write(EpisodeRecord(LIBERO_TASK, k, SEED + k, success=k == 0, steps=10, reward=0.0, init_state_id=k))
-    summary = run(config(out, tasks=(LIBERO_TASK,), trials=2, tensorboard=False))
+    summary = run(cfg)
     assert summary["init_state_pinned_to_trial"] is True and results_json(out)["init_state_pinned_to_trial"] is True
     assert summary["overall"]["success_rate"] == 0.5
 

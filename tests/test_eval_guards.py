@@ -39,8 +39,11 @@ def config(out, agent="expert", tasks=(REACH,), trials=2, ckpt=None, env_kwargs=
     )
 
 
-def record_episodes(out, tasks=(REACH,), trials=2) -> None:
-    """Every planned episode on disk, so a run starts no process."""
+def record_episodes(out, tasks=(REACH,), trials=2, cfg: EvalConfig | None = None) -> None:
+    """Every planned episode on disk, so a run starts no process; with ``cfg``, first the protocol.json a run of
+    it writes (episodes without one are refused: their settings would be unknown)."""
+    if cfg is not None:
+        EvalManager(cfg).protocol.resume(has_episodes=False, allow=False)
     for task in tasks:
         for trial in range(trials):
             ResultStore(out).write(EpisodeRecord(task, trial, SEED + trial, success=trial == 0, steps=10, reward=1.0))
@@ -64,7 +67,7 @@ def results(out) -> dict:
 def done_run(tmp_path):
     """An expert run of REACH x 2 trials, complete, with its protocol.json."""
     out = tmp_path / "out"
-    record_episodes(out)
+    record_episodes(out, cfg=config(out))
     assert run(config(out))["complete"]
     return out
 
@@ -134,16 +137,33 @@ def test_allowed_mismatch_is_recorded_in_results(done_run):
 
 def test_more_trials_and_other_tasks_are_not_a_mismatch(tmp_path):
     out = tmp_path / "out"
-    record_episodes(out, tasks=(REACH, PUSH), trials=3)
+    record_episodes(out, tasks=(REACH, PUSH), trials=3, cfg=config(out, trials=2))
     assert run(config(out, trials=2))["complete"]  # identity written with 2 trials of REACH
     assert run(config(out, tasks=(REACH, PUSH), trials=3))["planned"] == 6  # trial k is the same episode
 
 
-def test_output_dir_from_an_older_version_is_adopted(tmp_path, caplog):
+def test_episodes_without_a_protocol_record_are_refused_unless_allowed_and_then_recorded(tmp_path, caplog):
+    """Episodes whose protocol.json is gone (deleted, or an older wam_gym's) ran with unknown settings."""
     out = tmp_path / "out"
     record_episodes(out)  # episodes, no protocol.json
-    run(config(out))
-    assert "no protocol.json" in caplog.text and (out / PROTOCOL_FILE).is_file()
+    with pytest.raises(ResumeMismatch, match=r"holds episodes but no protocol\.json: the settings they ran with are "
+                                             r"unknown.*EVALUATION\.allow_resume_mismatch=true"):
+        run(config(out))
+    assert run(config(out, allow_resume_mismatch=True))["complete"]
+    assert "no protocol.json" in caplog.text
+    mixed = [{"field": PROTOCOL_FILE, "recorded": None, "now": "this run's settings"}]
+    assert json.loads((out / PROTOCOL_FILE).read_text())["resumed_despite"] == mixed
+    assert results(out)["resume_mismatch"] == mixed
+
+
+def test_a_record_whose_seed_is_not_its_trials_is_set_aside_and_run_again(done_run):
+    """A record edited, or copied in from another run, is not this run's trial: it runs again."""
+    path = next((done_run / "episodes").glob("*/00001.json"))
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "seed": record["seed"] + 100}))
+    summary = EvalManager(config(done_run)).run()
+    assert summary["complete"] and path.with_name(path.name + ".mismatched").is_file()
+    assert json.loads(path.read_text())["seed"] == SEED + 1
 
 
 def test_older_run_identity_is_still_checked(tmp_path):
@@ -162,7 +182,7 @@ def test_older_run_identity_is_still_checked(tmp_path):
 def wam_run(tmp_path, tiny_ckpt):
     ckpt = Path(shutil.copytree(tiny_ckpt, tmp_path / "ckpt"))
     out = tmp_path / "out"
-    record_episodes(out)
+    record_episodes(out, cfg=config(out, agent="wam", ckpt=ckpt))
     assert run(config(out, agent="wam", ckpt=ckpt))["complete"]
     return out, ckpt
 
@@ -221,8 +241,9 @@ def test_ckpt_and_stats_paths_expand_the_home_directory(wam_run, tmp_path, monke
 
 def test_allowed_image_resize_is_recorded(tmp_path, tiny_ckpt):
     out = tmp_path / "out"
-    record_episodes(out)
-    summary = run(config(out, agent="wam", ckpt=tiny_ckpt, env_kwargs={"image_size": 96}, allow_image_resize=True))
+    cfg = config(out, agent="wam", ckpt=tiny_ckpt, env_kwargs={"image_size": 96}, allow_image_resize=True)
+    record_episodes(out, cfg=cfg)
+    summary = run(cfg)
     assert summary["image_resized"] is True and results(out)["image_resized"] is True
     assert results(out)["protocol"]["protocol"]["env_kwargs"]["image_size"] == 96
 

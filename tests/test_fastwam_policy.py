@@ -166,18 +166,15 @@ def test_an_unknown_architecture_is_named(tmp_path):
         preflight.load_model_config(tmp_path / "wam_config.json")
 
 
-def test_the_real_openpi_client_is_served_batched_answers(ckpt, policy, tmp_path):
+def test_the_real_openpi_client_is_served_batched_answers(ckpt, policy, openpi_python, tmp_path):
     """``python -m wam_gym.serve ckpt=<FastWAM>`` driven by openpi-client (its own venv): requests of several
     connections share model calls, and each answer is the in-process policy's for that request's noise seed."""
-    from test_serve import OPENPI_VENV, TESTS, serving, stats
+    from test_serve import TESTS, serving, stats
 
-    python = OPENPI_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no {python} (tests/test_serve.py's openpi_python fixture makes it)")
     clients, calls, size = 4, 2, 64
     with serving(tmp_path, f"ckpt={ckpt}", "EVALUATION.num_inference_steps=3", "MULTIRUN.inference_batch_size=4",
                  "MULTIRUN.inference_batch_wait_ms=200") as (port, _, _):
-        subprocess.run([python, TESTS / "clients" / "openpi_driver.py", str(port), str(clients), str(calls),
+        subprocess.run([openpi_python, TESTS / "clients" / "openpi_driver.py", str(port), str(clients), str(calls),
                         tmp_path / "answers.npz"], check=True, timeout=300,
                        env={**os.environ, "DRIVER_STATE_DIM": "8", "DRIVER_IMAGE_SIZE": str(size)})
         broker = stats(port)["broker"]

@@ -378,6 +378,7 @@ def test_stray_temp_files_are_never_counted_and_a_rerun_removes_them(tmp_path, r
     """What interrupted atomic writes leave (temp files of a record, results.json and a video)
     beside a complete run: a rerun counts only the records, runs nothing and cleans up."""
     out = tmp_path / "out"
+    EvalManager(random_config(out)).protocol.resume(has_episodes=False, allow=False)  # as the complete run left it
     store = ResultStore(out)
     for rec in reference.values():
         store.write(EpisodeRecord(**rec))

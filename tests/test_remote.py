@@ -314,7 +314,7 @@ def test_server_error_answer_stops_the_run_with_its_message(tmp_path, vla_eval_s
         ("remote", {"remote_url": "ws://h:1", "remote_keys": {"pixels.top": "img"}},
          r"remote_keys maps \['pixels.top'\], which .* does not observe; map any of .*pixels.corner"),
         ("remote", {"remote_url": "ws://h:1", "remote_keys": {"proprio": "s"}}, r"maps \['proprio'\]"),
-        ("remote", {"remote_url": "ws://h:1", "remote_timeout_s": 0}, r"remote_timeout_s=0 must be > 0"),
+        ("remote", {"remote_url": "ws://h:1", "remote_timeout_s": 0}, r"remote_timeout_s must be > 0 \(seconds\), got 0"),
         ("python", {}, r"agent=python needs EVALUATION.policy=pkg.module:factory"),
         ("python", {"policy": "tests.example_policy"}, r"write it as pkg.module:factory"),
         ("python", {"policy": "no_such_pkg.policy:make"}, r"cannot import no_such_pkg.policy .*PYTHONPATH"),
@@ -336,3 +336,29 @@ def test_results_never_keep_the_api_key(tmp_path):
     manager = EvalManager(config, composed)
     assert manager.composed["EVALUATION"]["remote_api_key"] == "<redacted>" and "s3cret" not in str(manager.protocol.record)
     assert composed["EVALUATION"]["remote_api_key"] == "s3cret"  # the caller's dict is left alone
+
+
+# ----------------------------------------------------------------- a run is bound to the model behind the server
+def test_a_run_resumed_against_a_server_of_another_model_is_refused(tmp_path, openpi_server):
+    """protocol.json records what the server said it serves (wam_gym.serve: content hashes and settings), so a
+    resume against another model would mix two models' episodes: refused, nothing run, the first kept."""
+    from wam_gym.eval.errors import ResumeMismatch
+
+    out = tmp_path / "out"
+    first = openpi_server(metadata={"model": {"ckpt": {"fingerprint": "aaa"}}})
+    assert EvalManager(eval_config(out, "remote", remote_url=first.url)).run()["complete"]
+    recorded = json.loads((out / "protocol.json").read_text())["agent"]["server_model"]
+    assert recorded == {"ckpt": {"fingerprint": "aaa"}}
+    second = openpi_server(metadata={"model": {"ckpt": {"fingerprint": "bbb"}}})
+    with pytest.raises(ResumeMismatch, match=r"server_model was .*aaa.*, now .*bbb"):
+        EvalManager(eval_config(out, "remote", trials=2, remote_url=second.url)).run()
+    assert sorted(records(out)) == [0] and not second.requests
+
+
+def test_a_server_that_now_serves_another_model_stops_the_episode(openpi_server):
+    server = openpi_server(metadata={"model": {"ckpt": "B"}})
+    policy = client(server.url, expected_model={"ckpt": "A"})
+    with pytest.raises(PolicyServerError, match=r"now serves another model \(\{\"ckpt\": \"B\"\}\) than the one this "
+                                                r"run's episodes came from \(\{\"ckpt\": \"A\"\}\): serve that model again"):
+        policy.begin_episode(0)
+    assert client(server.url, expected_model={"ckpt": "B"}).begin_episode(0) is None  # the same model: fine

@@ -33,7 +33,6 @@ from wam_gym.wire import pack_openpi, unpack
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
-OPENPI_VENV = ROOT / ".venv-openpi"
 STEPS = 2  # denoising steps of the served tiny WAM
 
 
@@ -93,17 +92,6 @@ def openpi_call(port: int, frame: bytes | str):
         except TimeoutError:
             return answer, None
     return answer, None
-
-
-@pytest.fixture(scope="session")
-def openpi_python() -> Path:
-    """The real openpi-client in a venv of its own (it pins numpy<2); made once, then reused."""
-    python = OPENPI_VENV / "bin" / "python"
-    if not python.exists() or subprocess.run([python, "-c", "import openpi_client.websocket_client_policy"]).returncode:
-        subprocess.run([sys.executable, "-m", "venv", OPENPI_VENV], check=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "openpi-client==0.1.2",
-                        "numpy<2", "typing_extensions"], check=True)
-    return python
 
 
 @pytest.fixture(scope="module")
@@ -435,3 +423,16 @@ def test_the_api_key_can_come_from_the_environment_and_stays_off_every_command_l
         tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
         assert len(tree) >= 2 and not any("s3cret" in " ".join(p.cmdline()) for p in tree)
     assert "s3cret" not in log.read_text()
+
+
+def test_the_greeting_names_the_model_by_content(wam_server, tiny_ckpt):
+    """Clients record what they were served (wam_gym.eval's agent=remote binds its episodes to it): the
+    checkpoint's and statistics' content hashes and the settings that change actions, no paths."""
+    from wam_gym.eval.run_protocol import checkpoint_fingerprint
+
+    port, _ = wam_server
+    with connect(f"ws://127.0.0.1:{port}", compression=None) as ws:
+        model = unpack(ws.recv())["model"]
+    assert model["ckpt"] == {"fingerprint": checkpoint_fingerprint(tiny_ckpt)}
+    assert model["EVALUATION.agent"] == "wam" and model["EVALUATION.num_inference_steps"] == STEPS
+    assert all("path" not in entry for entry in model.values() if isinstance(entry, dict))  # a copy is the same model

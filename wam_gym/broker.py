@@ -49,6 +49,7 @@ from wam_gym.batching import Batcher, Pacer, Request
 from wam_gym.model_worker import BatchResult, PolicyFactory, decode, encode, receive, send, serve_forever
 from wam_gym.outbox import Outbox
 from wam_gym.shared_obs import ObservationSlot, unlink
+from wam_gym.utils.ranges import Range, check_ranges
 from wam_gym.utils.stats import percentile
 
 logger = logging.getLogger(__name__)
@@ -88,10 +89,21 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"MULTIRUN.backend={self.backend!r}: choose one of {BACKENDS}")
-        if self.num_gpus < 0 or self.workers_per_gpu < 1:
-            raise ValueError("MULTIRUN.num_gpus must be >= 0 and MULTIRUN.workers_per_gpu >= 1")
-        if self.stall_factor < 1 or self.stall_floor_s <= 0 or self.stall_first_batch_s <= 0:
-            raise ValueError("MULTIRUN.stall_factor must be >= 1, MULTIRUN.stall_floor_s and stall_first_batch_s > 0")
+        check_ranges(self, "MULTIRUN", BROKER_RANGES)
+
+
+BROKER_RANGES = {  # every numeric knob of the broker (MULTIRUN.*)
+    "num_gpus": Range(0, note="0: CPU workers"),
+    "workers_per_gpu": Range(1),
+    "inference_batch_size": Range(1),
+    "inference_batch_wait_ms": Range(0, integer=False, note="milliseconds"),
+    "torch_threads_per_worker": Range(1, null="1 on CPU workers, else torch's"),
+    "max_worker_restarts": Range(0, note="0: the first death stops the run"),
+    "startup_timeout_s": Range(0, open_low=True, integer=False, note="seconds"),
+    "stall_factor": Range(1, integer=False),
+    "stall_floor_s": Range(0, open_low=True, integer=False, note="seconds"),
+    "stall_first_batch_s": Range(0, open_low=True, integer=False, note="seconds"),
+}
 
 
 def worker_devices(config: BrokerConfig, available_gpus: int | None = None) -> list[str]:
@@ -305,6 +317,9 @@ class BrokerClient:
         # Called about once a second while waiting for an answer: a rollout actor reports that it is
         # alive, only waiting (the eval manager's stall watchdog must not kill it for a slow model).
         self.on_wait: Callable[[], None] | None = None
+
+    def __str__(self) -> str:
+        return "the model (served by the broker's workers)"
 
     def begin_episode(self, seed: int) -> None:
         self.episode_seed, self._calls = seed, 0

@@ -26,7 +26,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from wam_gym.eval.run_protocol import check_comparable, describe, differences, load, protocol_hash
+from wam_gym.eval.run_protocol import (
+    MIXED,
+    check_comparable,
+    describe,
+    differences,
+    episode_seed,
+    load,
+    protocol_hash,
+)
 from wam_gym.results import ResultStore
 from wam_gym.utils.stats import PairedTable, mcnemar_exact, mean_difference_interval, paired_difference_interval
 
@@ -38,7 +46,9 @@ def compare(run_a: str | Path, run_b: str | Path, level: float = 0.95) -> dict[s
     a, b = Path(run_a), Path(run_b)
     protocols = {name: load(path) for name, path in (("A", a), ("B", b))}
     check_comparable(protocols["A"], protocols["B"], f"A ({a})", f"B ({b})")
-    outcomes = {name: _outcomes(path) for name, path in (("A", a), ("B", b))}
+    stores = {name: ResultStore(path, read_only=True, seed=episode_seed(protocols[name]))
+              for name, path in (("A", a), ("B", b))}
+    outcomes = {name: _outcomes(store) for name, store in stores.items()}
     pairs = sorted(outcomes["A"].keys() & outcomes["B"].keys())
     if not pairs:
         raise ValueError(f"{a} and {b} share no episode (the same task and trial): run both on the same tasks and "
@@ -66,14 +76,18 @@ def compare(run_a: str | Path, run_b: str | Path, level: float = 0.95) -> dict[s
         "tasks": tasks,
         "overall": overall,
         "unpaired": {"only_in_a": len(outcomes["A"]) - len(pairs), "only_in_b": len(outcomes["B"]) - len(pairs)},
+        # what each run's own records cannot vouch for: settings a resume was allowed to mix, records left out
+        "mixed": {name: p.get(MIXED, []) for name, p in protocols.items() if p.get(MIXED)},
+        "records_skipped": {name: store.skipped for name, store in stores.items() if store.skipped},
         "verdict": _verdict(overall, level),
     }
 
 
-def _outcomes(run: Path) -> dict[Key, bool]:
-    outcomes = ResultStore(run, read_only=True).outcomes()
+def _outcomes(store: ResultStore) -> dict[Key, bool]:
+    outcomes = store.outcomes()
     if not outcomes:
-        raise ValueError(f"{run} has no episode records (episodes/): point at an evaluation's EVALUATION.output_dir")
+        raise ValueError(f"{store.output_dir} has no episode records (episodes/): point at an evaluation's "
+                         "EVALUATION.output_dir")
     return outcomes
 
 
@@ -126,6 +140,11 @@ def format_report(result: dict[str, Any]) -> str:
     lines = [f"A: {result['a']['run']}", f"B: {result['b']['run']}"]
     if result["agent_differences"]:
         lines.append(f"agents differ: {describe(result['agent_differences'], was='A', now='B')}")
+    for name, diffs in result.get("mixed", {}).items():
+        lines.append(f"{name} mixes episodes of other settings (resumed with EVALUATION.allow_resume_mismatch=true: "
+                     f"{describe(diffs)}): its outcomes are not one agent's")
+    for name, reasons in result.get("records_skipped", {}).items():
+        lines.append(f"{name}: {len(reasons)} record(s) left out: {reasons[0]}")
     unpaired = result["unpaired"]
     if unpaired["only_in_a"] or unpaired["only_in_b"]:
         lines.append(f"unpaired episodes left out: {unpaired['only_in_a']} only in A, {unpaired['only_in_b']} only in B")

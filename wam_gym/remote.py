@@ -18,6 +18,7 @@ Frames are decoded only by wam_gym.wire (msgpack, never pickle).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,8 @@ class RemoteSettings:
     keys: dict[str, str] = field(default_factory=dict)  # {contract key: wire key} overrides (wam_gym/keymap.py)
     api_key: str | None = None  # openpi's "Authorization: Api-Key <key>" header
     timeout_s: float = 300.0  # longest wait for one answer, and for an unreachable server
+    # what the server said it serves when the run began (served_model); a later connection to another is refused
+    expected_model: Any = None
 
     @classmethod
     def from_evaluation(cls, ev) -> RemoteSettings:
@@ -73,6 +76,15 @@ class RemotePolicy:
         self.episode_seed, self._calls, self._task, self._started = 0, 0, None, False
         # The server's own model time, when it reports one (openpi's server_timing.infer_ms); else None.
         self.cost = ModelCost()
+
+    def __str__(self) -> str:
+        return f"the policy server at {self.settings.url}"
+
+    @property
+    def served_model(self) -> Any:
+        """What the server says it serves, as JSON data: wam_gym.serve's ``model`` entry (the checkpoint's and
+        statistics' content hashes and the inference settings), else another server's whole greeting."""
+        return json.loads(json.dumps(self.metadata.get("model", self.metadata), sort_keys=True, default=str))
 
     # ----------------------------------------------------------------- episodes
     def begin_episode(self, seed: int, task: str | None = None) -> None:
@@ -205,6 +217,13 @@ class RemotePolicy:
                                         "EVALUATION.remote_protocol=openpi if it is an openpi server")
             metadata = message.payload
         self.metadata = metadata if isinstance(metadata, dict) else {}
+        expected = self.settings.expected_model
+        if expected is not None and self.served_model != expected:
+            self.close()
+            raise PolicyServerError(
+                f"the policy server at {self.settings.url} now serves another model ({_short(self.served_model)}) than "
+                f"the one this run's episodes came from ({_short(expected)}): serve that model again, or evaluate "
+                "into a new EVALUATION.output_dir")
         horizon = self.metadata.get("action_horizon")
         self.action_horizon = horizon if isinstance(horizon, int) and not isinstance(horizon, bool) and horizon > 0 \
             else None
@@ -251,6 +270,22 @@ class RemotePolicy:
             time.sleep(min(left, WAIT_SLICE_S))
             if self.on_wait is not None:
                 self.on_wait()
+
+
+def served_model(settings: RemoteSettings) -> Any:
+    """Connect once and read what the server serves (:attr:`RemotePolicy.served_model`): a run records it, so
+    that its episodes are never counted with another model's."""
+    policy = RemotePolicy(settings)
+    try:
+        policy.begin_episode(0)
+        return policy.served_model
+    finally:
+        policy.close()
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _infer_seconds(answer: dict[str, Any]) -> float | None:

@@ -146,12 +146,15 @@ def task_slug(task: str) -> str:
 class ResultStore:
     """One JSON file per finished episode under ``output_dir/episodes``."""
 
-    def __init__(self, output_dir: str | os.PathLike, read_only: bool = False) -> None:
-        """``read_only``: another run's records (compare, EVALUATION.compare_to): bad files are skipped, not moved."""
+    def __init__(self, output_dir: str | os.PathLike, read_only: bool = False, seed: int | None = None) -> None:
+        """``read_only``: another run's records (compare, EVALUATION.compare_to): bad files are skipped, not moved.
+        ``seed``: the run's EVALUATION.seed; a record whose seed is not ``seed + trial`` is not that trial of the
+        run (edited, or copied in from another run) and is set aside like a misplaced one."""
         self.output_dir = Path(output_dir)
         self.episodes_dir = self.output_dir / EPISODES_DIR
-        self.read_only = read_only
+        self.read_only, self.seed = read_only, seed
         self.set_aside: list[str] = []  # files moved aside (corrupt, mismatched) by this store
+        self.skipped: list[str] = []  # read_only: why each bad file was left out
 
     def episode_path(self, task: str, trial: int) -> Path:
         return self.episodes_dir / task_slug(task) / f"{trial:05d}.json"
@@ -210,11 +213,16 @@ class ResultStore:
             # stands in for would run, its record be refused here, and no rerun could complete.
             return self._set_aside(path, "mismatched", f"{path} holds the record of {record.task} trial "
                                    f"{record.trial}, whose file is {expected}")
+        if self.seed is not None and record.seed != self.seed + record.trial:
+            return self._set_aside(path, "mismatched", f"{path} ran with seed {record.seed}, not EVALUATION.seed + "
+                                   f"trial = {self.seed + record.trial}: it is not trial {record.trial} of this run "
+                                   "(edited, or copied in from another run)")
         return record
 
     def _set_aside(self, path: Path, kind: str, why: str) -> None:
         if self.read_only:
             log.warning("%s; skipped", why)
+            self.skipped.append(why)
             return None
         aside = path.with_name(f"{path.name}.{kind}")
         log.warning("%s; moved to %s, its episode counts as missing and runs again", why, aside)

@@ -70,12 +70,23 @@ class WAMAgent(Agent):
     def _plan(self, obs: Mapping[str, Any], env_ids: list[int]) -> None:
         prediction = self.predictor.predict(obs)
         self.num_model_calls += 1
+        self._check_chunk(prediction.actions)
         chunk = prediction.actions[:, : self.replan_steps]  # replan_steps None: the whole chunk
         if self.action_space is not None:
             chunk = np.clip(chunk, self.action_space.low, self.action_space.high)
         for row, env_id in enumerate(env_ids):
             self._queues[env_id] = deque(chunk[row].astype(np.float32))
             self.last_prediction[env_id] = prediction.row(row)
+
+
+    def _check_chunk(self, actions: np.ndarray) -> None:
+        """A chunk the env cannot take is refused here, naming who sent it, not as a numpy error steps later."""
+        if actions.shape[1] < 1:
+            raise ValueError(f"{self.predictor} answered a chunk of no actions ({actions.shape}); every answer needs "
+                             "at least one action per env")
+        if self.action_space is not None and actions.shape[2:] != self.action_space.shape:
+            raise ValueError(f"{self.predictor} answered actions of {actions.shape[2:]} per step; the env takes "
+                             f"{self.action_space.shape}: the policy was made for another env (or another key map)")
 
 
 def _as_batch(obs: Mapping[str, Any]) -> tuple[Mapping[str, Any], int, bool]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 from transformers import AutoTokenizer, UMT5EncoderModel
 
@@ -122,19 +123,30 @@ def _load_components(root: Path, names: tuple[str, ...], config: MoTConfig) -> d
     components = {}
     for name in names:
         if name == "tokenizer":
-            _require_dir(root / name, "tokenizer folder", f"the checkpoint {root} is incomplete")
-            components[name] = AutoTokenizer.from_pretrained(str(root / name), local_files_only=True)
+            components[name] = load_tokenizer(root / name)
             continue
         _require_weights(root / name, root)
         components[name] = _load_component(name, root / name, config)
     return components
 
 
+def load_tokenizer(folder: Path):
+    """A checkpoint's tokenizer folder; a missing or unreadable one is named with its cause."""
+    _require_dir(folder, "tokenizer folder", f"the checkpoint {folder.parent} is incomplete")
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many types for a bad file: all mean the same
+        raise MissingCheckpointError(
+            f"{folder.parent}: tokenizer/ cannot be loaded ({_root_cause(exc)}); its files are truncated or corrupt: "
+            "re-save the checkpoint (or copy it again)"
+        ) from exc
+
+
 def _load_component(name: str, folder: Path, config: MoTConfig) -> torch.nn.Module:
     dtype = module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[name]))
     try:
         return COMPONENTS[name].from_pretrained(str(folder), torch_dtype=dtype, local_files_only=True, use_safetensors=True)
-    except (OSError, ValueError, RuntimeError) as exc:  # what diffusers/transformers raise for a bad file
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # what the libraries raise for a bad file
         raise MissingCheckpointError(
             f"{folder.parent}: {folder.name}/ cannot be loaded ({_root_cause(exc)}); its files are truncated or corrupt: "
             "re-save the checkpoint (or copy it again)"

@@ -32,10 +32,11 @@ def model_frames(
     views = []
     for camera in cameras:
         image = np.asarray(pixels[camera])
-        if image.dtype != np.uint8 or image.ndim != 4 or image.shape[0] != num_images or image.shape[-1] != 3:
+        if (image.dtype != np.uint8 or image.ndim != 4 or image.shape[0] != num_images or image.shape[-1] != 3
+                or 0 in image.shape[1:3]):
             raise ValueError(
                 f"pixels/{camera} is {image.dtype} {image.shape}; the contract is uint8 (B, H, W, 3) "
-                f"with B={num_images} (0-255 RGB, as wam_gym envs return)"
+                f"with B={num_images} and H, W >= 1 (0-255 RGB, as wam_gym envs return)"
             )
         x = torch.from_numpy(np.ascontiguousarray(image)).to(device).permute(0, 3, 1, 2).float() / 127.5 - 1
         if tuple(x.shape[-2:]) != size:

@@ -56,6 +56,9 @@ class WAMPolicy:
             model.attention_backend(), model.config.video_mode,
         )
 
+    def __str__(self) -> str:
+        return f"the {self.model.config.preset} model's policy"
+
     @classmethod
     def from_checkpoint(
         cls, path: str | Path, config: InferenceConfig | None = None, dataset_stats_path: str | None = None,
@@ -115,6 +118,11 @@ class WAMPolicy:
                 f"state is {state.dtype} {state.shape}; the model needs float (B, {dim}) with B={batch} "
                 "(a different state size means the checkpoint was trained on another env: evaluate it there)"
             )
+        if not np.isfinite(state).all():
+            rows, dims = (sorted({int(i) for i in axis}) for axis in np.nonzero(~np.isfinite(state)))
+            raise ValueError(f"the observation's state holds NaN/inf (rows {rows}, dimensions {dims}), as the env or "
+                             "client sent it: the model was not called. Check the env's state (a simulator that "
+                             "diverged) or what the client sends")
         return torch.from_numpy(self.normalizer.normalize_state(state)).to(self.model.device)
 
     def _instructions(self, instruction: Any, batch: int) -> list[str]:

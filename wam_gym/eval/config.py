@@ -19,8 +19,9 @@ from typing import Any
 
 from agents.wam.compile import CompileConfig
 from agents.wam.inference_config import KNOBS, InferenceConfig, SamplerConfig
-from wam_gym.broker import BrokerConfig
+from wam_gym.broker import BROKER_RANGES, BrokerConfig
 from wam_gym.eval import protocols
+from wam_gym.utils.ranges import Range, check_ranges
 
 
 @dataclass
@@ -76,7 +77,8 @@ class EvaluationConfig:
     video_fps: int = 20  # of the saved mp4s
     tensorboard: bool = True  # success and cost scalars under output_dir/tensorboard
     max_attempts: int = 3  # tries per episode when workers die or the policy server (agent=remote) is lost
-    actor_stall_s: float | None = 600.0  # no progress (env step, model wait) this long: actor killed, episode retried; null: off
+    # no progress (env step, model wait) this long: actor killed, episode retried; null: off (0 is refused)
+    actor_stall_s: float | None = 600.0
     allow_resume_mismatch: bool = False  # resume an output_dir whose episodes ran with other settings (recorded)
 
     def __post_init__(self) -> None:
@@ -87,20 +89,8 @@ class EvaluationConfig:
             self.inference()
         except ValueError as exc:
             raise ValueError(f"EVALUATION: {exc}") from None
-        # Each of these would hang, crash an actor mid-run, or be silently read as something else.
-        _at_least(self, "num_trials", 1, "(episodes per task)")
-        _at_least(self, "seed", 0, "(trial k uses seed + k)")
-        _at_least(self, "max_episode_steps", 1, "or null (the suite's limit)")
-        _at_least(self, "action_horizon", 1, "or null (the model's)")
-        _at_least(self, "replan_steps", 1, "or null (action_horizon)")
-        _at_least(self, "video_fps", 1)
-        _at_least(self, "max_attempts", 1)
+        check_ranges(self, "EVALUATION", EVALUATION_RANGES)  # each would hang, crash an actor, or mean another thing
         protocols.named(self.protocol)  # a known name (what it fixes is applied by EvalConfig, which has env_kwargs)
-        if self.target_ci_halfwidth is not None and not 0 < self.target_ci_halfwidth <= 0.5:
-            raise ValueError(f"EVALUATION.target_ci_halfwidth must be in (0, 0.5] (e.g. 0.1: +-10 points) or null, "
-                             f"got {self.target_ci_halfwidth!r}")
-        if not 0.5 <= self.stop_level < 1:
-            raise ValueError(f"EVALUATION.stop_level must be in [0.5, 1) (e.g. 0.95), got {self.stop_level!r}")
 
     def inference(self) -> InferenceConfig:
         """The model-call knobs, nested as the policy takes them (imagination_score=true decodes the frames)."""
@@ -120,16 +110,30 @@ class MultirunConfig(BrokerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _at_least(self, "env_num_per_worker", 1, group="MULTIRUN")
-        _at_least(self, "prompt_cache_size", 0, "(0: no cache)", group="MULTIRUN")
+        check_ranges(self, "MULTIRUN", MULTIRUN_RANGES)
 
 
-def _at_least(config, name: str, minimum: int, alternative: str = "", group: str = "EVALUATION") -> None:
-    """Refuse ``config.<name>`` below ``minimum`` (null passes: the fields that take it mean a default)."""
-    value = getattr(config, name)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-        alternative = f" {alternative}" if alternative else ""
-        raise ValueError(f"{group}.{name} must be >= {minimum}{alternative}, got {value!r}")
+SECONDS = "seconds"
+EVALUATION_RANGES = {  # every numeric EVALUATION knob (tests/test_config_schema.py holds it to that)
+    "remote_timeout_s": Range(0, open_low=True, integer=False, note=SECONDS),
+    "num_inference_steps": Range(1, note="denoising steps per call"),
+    "shift": Range(0, open_low=True, integer=False, null="the model's own"),
+    "seed": Range(0, note="trial k uses seed + k"),
+    "num_trials": Range(1, note="episodes per task"),
+    "target_ci_halfwidth": Range(0, 0.5, open_low=True, integer=False, note="e.g. 0.1: +-10 points", null="off"),
+    "stop_level": Range(0.5, 1, open_high=True, integer=False, note="e.g. 0.95"),
+    "max_episode_steps": Range(1, null="the suite's limit"),
+    "action_horizon": Range(1, null="the model's"),
+    "replan_steps": Range(1, null="action_horizon"),
+    "video_fps": Range(1),
+    "max_attempts": Range(1, note="tries per episode"),
+    "actor_stall_s": Range(0, open_low=True, integer=False, note=SECONDS, null="off"),
+}
+MULTIRUN_RANGES = {  # every numeric MULTIRUN knob: the broker's, then the actors'
+    **BROKER_RANGES,
+    "env_num_per_worker": Range(1, note="actors per model worker"),
+    "prompt_cache_size": Range(0, note="0: no cache"),
+}
 
 
 @dataclass

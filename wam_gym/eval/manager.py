@@ -34,11 +34,11 @@ from wam_gym.eval.actor import ActorSpec, actor_main
 from wam_gym.eval.config import EvalConfig
 from wam_gym.eval.errors import EvalError
 from wam_gym.eval.imagination import ImaginationSpec, imagination_spec
-from wam_gym.eval.run_protocol import RunProtocol, agent_identity, benchmark_protocol, reference_outcomes
+from wam_gym.eval.run_protocol import RunProtocol, agent_identity, benchmark_protocol, episode_seed, reference_outcomes
 from wam_gym.eval.stopping import StoppingRule
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, Job, plan, resolve_tasks
 from wam_gym.policies import SERVED_AGENTS, policy_factory
-from wam_gym.remote import RemoteSettings
+from wam_gym.remote import PolicyServerError, PolicyServerLost, RemoteSettings, served_model
 from wam_gym.results import (
     EPISODES_DIR,
     EpisodeRecord,
@@ -253,6 +253,7 @@ class EvalManager:
         # episodes this invocation ran again, by cause, and actors it killed for making no progress
         self.reruns = {"actor_lost": 0, "server_lost": 0, "actors_stalled": 0}
         self.on_started = None  # test hook: called with (manager, actor pool, broker) once running
+        self.server_model: Any = None  # agent=remote: what the server said it serves when the run began
 
     def _check_checkpoint(self) -> None:
         """The checkpoint, its statistics and the env geometry it needs, all read here, in the
@@ -269,8 +270,15 @@ class EvalManager:
     # ----------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
         with rundir.locked(self.output_dir):  # held until the summary is written
+            if self.config.EVALUATION.agent == "remote":  # the model behind the server is part of what acts
+                try:
+                    self.server_model = served_model(RemoteSettings.from_evaluation(self.config.EVALUATION))
+                except (PolicyServerLost, PolicyServerError) as exc:
+                    raise EvalError(f"{exc}; nothing was run") from None
+                self.protocol.record["agent"]["server_model"] = self.server_model
             self.resume_mismatch = self.protocol.resume(bool(self.store.done()),
                                                         self.config.EVALUATION.allow_resume_mismatch)
+            self.store.seed = episode_seed(self.protocol.record)  # records must be the trials they say they are
             return self._run()
 
     def _run(self) -> dict[str, Any]:
@@ -311,7 +319,8 @@ class EvalManager:
             episode_steps=self.episode_steps, action_horizon=ev.action_horizon, replan_steps=ev.replan_steps,
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
             video_camera=ev.video_camera, video_fps=ev.video_fps,
-            remote=RemoteSettings.from_evaluation(ev) if ev.agent == "remote" else None,
+            remote=dataclasses.replace(RemoteSettings.from_evaluation(ev), expected_model=self.server_model)
+            if ev.agent == "remote" else None,
             imagination=self.imagination,
         )
 

@@ -238,8 +238,6 @@ def check_remote(evaluation, tasks, env_kwargs: dict[str, Any]) -> None:
         raise ValueError(f"EVALUATION.remote_url={url!r}: write it as ws://host:port (or wss://host:port)")
     if evaluation.remote_protocol not in PROTOCOLS:
         raise ValueError(f"EVALUATION.remote_protocol={evaluation.remote_protocol!r}: choose one of {list(PROTOCOLS)}")
-    if not evaluation.remote_timeout_s > 0:
-        raise ValueError(f"EVALUATION.remote_timeout_s={evaluation.remote_timeout_s!r} must be > 0 (seconds)")
     keys = evaluation.remote_keys or {}
     for contract, wire in keys.items():
         if not isinstance(wire, str) or not wire:

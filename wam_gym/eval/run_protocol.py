@@ -145,6 +145,15 @@ def file_fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
+MIXED = "resumed_despite"  # protocol.json: differences EVALUATION.allow_resume_mismatch let a resume pass
+
+
+def episode_seed(record: dict[str, Any]) -> int | None:
+    """The seed trial k's record must carry, minus k: the record's EVALUATION.seed; None (no check) once a resume
+    was allowed to mix settings, whose episodes may carry another."""
+    return None if record.get(MIXED) else record.get("protocol", {}).get("EVALUATION.seed")
+
+
 def checkpoint_fingerprint(ckpt: Path) -> str:
     """Its wam_config.json and every weights file (LoRA adapters included)."""
     h = hashlib.sha256((ckpt / "wam_config.json").read_bytes())
@@ -198,7 +207,8 @@ def _key(value: Any) -> Any:
 
 def show(value: Any) -> str:
     if isinstance(value, dict) and "fingerprint" in value:
-        return f"{value['path']} (content {value['fingerprint'][:12]})"
+        content = f"content {value['fingerprint'][:12]}"
+        return f"{value['path']} ({content})" if value.get("path") else f"({content})"
     return json.dumps(value)
 
 
@@ -248,7 +258,7 @@ def reference_outcomes(run_dir: str, record: dict[str, Any], output_dir: Path) -
     except ValueError as exc:
         raise ValueError(f"EVALUATION.compare_to: {exc}") from None
     check_comparable(reference, {"protocol": record["protocol"]}, f"EVALUATION.compare_to={run_dir}", "this run")
-    outcomes = ResultStore(path, read_only=True).outcomes()
+    outcomes = ResultStore(path, read_only=True, seed=episode_seed(reference)).outcomes()
     if not outcomes:
         raise ValueError(f"EVALUATION.compare_to={run_dir} has no episode records to compare with: finish that run first")
     return reference, outcomes
@@ -276,7 +286,7 @@ class RunProtocol:
         recorded, legacy = self._recorded(has_episodes)
         if recorded is None:
             self._write()
-            return []
+            return self.record.get(MIXED, [])
         diffs = _legacy_differences(recorded, self.record) if legacy else differences(recorded, self.record)
         if diffs and not allow:
             raise ResumeMismatch(
@@ -291,6 +301,8 @@ class RunProtocol:
             for key in PER_NAME:
                 for name, entry in self.record["protocol"][key].items():
                     merged["protocol"].setdefault(key, {}).setdefault(name, entry)
+            if diffs:  # kept for good: the dir now mixes episodes of two settings (compare says so)
+                merged[MIXED] = [*recorded.get(MIXED, []), *diffs]
             self.record = merged
         self._write()
         return diffs
@@ -307,8 +319,16 @@ class RunProtocol:
         legacy = self.path.with_name(LEGACY_IDENTITY_FILE)
         if legacy.is_file():
             return json.loads(legacy.read_text()), True
-        logger.warning("%s has episodes but no %s (an older wam_gym wrote them): taking this run's settings as theirs",
-                       self.path.parent, PROTOCOL_FILE)
+        # Their settings are unknown (the file was deleted, or an older wam_gym wrote them): crediting them to this
+        # run's settings is a guess, made only when asked and then recorded for good.
+        if not self.allow_mismatch:
+            raise ResumeMismatch(
+                f"EVALUATION.output_dir={self.path.parent} holds episodes but no {PROTOCOL_FILE}: the settings they ran "
+                "with are unknown, and resuming would count them as this run's. Use a new EVALUATION.output_dir, or "
+                "set EVALUATION.allow_resume_mismatch=true to take this run's settings as theirs (recorded)")
+        logger.warning("%s has episodes but no %s: taking this run's settings as theirs "
+                       "(EVALUATION.allow_resume_mismatch=true, recorded)", self.path.parent, PROTOCOL_FILE)
+        self.record[MIXED] = [{"field": PROTOCOL_FILE, "recorded": None, "now": "this run's settings"}]
         return None, False
 
     def observe(self, task: str, facts: dict[str, Any]) -> None:

@@ -51,8 +51,18 @@ def build_server(config):
     except PackageNotFoundError:
         server_version = "unknown"
     metadata = {"server": "wam_gym.serve", "server_version": server_version, "agent": ev.agent,
-                "checkpoint": str(ckpt) if ckpt else ev.policy}
+                "checkpoint": str(ckpt) if ckpt else ev.policy, "model": served_identity(config, ckpt, stats)}
     return PolicyServer(config, broker, served, metadata)
+
+
+def served_identity(config, ckpt, stats) -> dict:
+    """What this server serves, as an evaluation records its agent (content hashes and the settings that
+    change actions, no paths: a copied checkpoint is the same model): clients record it with their episodes."""
+    from wam_gym.eval.run_protocol import agent_identity
+
+    identity = agent_identity(config, ckpt, stats)
+    return {key: {k: v for k, v in value.items() if k != "path"} if isinstance(value, dict) else value
+            for key, value in identity.items()}
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="serve")

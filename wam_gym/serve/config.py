@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from wam_gym.eval.config import EvaluationConfig, MultirunConfig
 from wam_gym.policies import SERVED_AGENTS
+from wam_gym.utils.ranges import Range, check_ranges
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -32,10 +33,15 @@ class ServeSettings:
     vla_eval_keys: dict[str, str] = field(default_factory=dict)  # {contract key: vla-eval key} over the defaults
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"SERVE.port={self.port} must be in 0..65535 (0: any free port)")
-        if self.max_message_mb <= 0 or self.max_sessions < 1 or self.drain_s < 0:
-            raise ValueError("SERVE.max_message_mb must be > 0, SERVE.max_sessions >= 1 and SERVE.drain_s >= 0")
+        check_ranges(self, "SERVE", SERVE_RANGES)
+
+
+SERVE_RANGES = {  # every numeric SERVE knob
+    "port": Range(0, 65535, note="0: any free port"),
+    "max_message_mb": Range(0, open_low=True, integer=False, note="megabytes"),
+    "max_sessions": Range(1, note="concurrent connections"),
+    "drain_s": Range(0, integer=False, note="seconds"),
+}
 
 
 @dataclass

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 from diffusers import AutoencoderKLWan
-from transformers import AutoTokenizer, UMT5EncoderModel
+from safetensors import SafetensorError
+from transformers import UMT5EncoderModel
 
 from agents.wam import wan_adapter as wan
 from agents.wam.checkpoint import (
@@ -38,6 +39,7 @@ from agents.wam.checkpoint import (
     _read_json,
     _require_dir,
     _require_weights,
+    load_tokenizer,
     publish,
 )
 from agents.wam.fastwam import wan_original
@@ -254,7 +256,7 @@ def _load_encoders(root: Path, config: FastWAMConfig) -> dict:
         dtypes = tuple(module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[n])) for n in ENCODERS)
         return wan_original.load_encoders(root, config.vae, config.text_encoder, dtypes)
     parts = {name: _load(name, root / name, config) for name in ENCODERS}
-    parts["tokenizer"] = AutoTokenizer.from_pretrained(str(root / "tokenizer"), local_files_only=True)
+    parts["tokenizer"] = load_tokenizer(root / "tokenizer")
     return parts
 
 
@@ -327,5 +329,5 @@ def _load(name: str, folder: Path, config: FastWAMConfig) -> torch.nn.Module:
     try:
         return {**DENOISER, **ENCODERS}[name].from_pretrained(
             str(folder), torch_dtype=dtype, local_files_only=True, use_safetensors=True)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise MissingCheckpointError(f"{folder} cannot be loaded ({exc}); re-convert or copy the checkpoint again") from exc

@@ -124,9 +124,9 @@ def _gripper_affine(dim: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _image(views: Mapping[str, np.ndarray], camera: str, batch: int) -> np.ndarray:
     image = views[camera]
-    if image.dtype != np.uint8 or image.ndim != 4 or image.shape[0] != batch or image.shape[-1] != 3:
+    if image.dtype != np.uint8 or image.ndim != 4 or image.shape[0] != batch or image.shape[-1] != 3 or 0 in image.shape[1:3]:
         raise ValueError(f"pixels/{camera} is {image.dtype} {image.shape}; the contract is uint8 (B, H, W, 3) with "
-                         f"B={batch} (0-255 RGB, as wam_gym envs return)")
+                         f"B={batch} and H, W >= 1 (0-255 RGB, as wam_gym envs return)")
     return image
 
 

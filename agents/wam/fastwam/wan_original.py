@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
+from transformers import UMT5Config, UMT5EncoderModel
 
-from agents.wam.checkpoint import MissingCheckpointError
+from agents.wam.checkpoint import MissingCheckpointError, load_tokenizer
 from agents.wam.config import TextEncoderConfig, VAEConfig
 
 VAE_FILE, T5_FILE, TOKENIZER_DIR = "Wan2.2_VAE.pth", "models_t5_umt5-xxl-enc-bf16.pth", "google/umt5-xxl"
@@ -132,7 +132,7 @@ def load_encoders(root: str | Path, vae: VAEConfig, text: TextEncoderConfig, dty
         raise MissingCheckpointError(f"{root} lacks {', '.join(missing)}: pass Wan-AI/Wan2.2-TI2V-5B's own folder "
                                      "(the one FastWAM's loader reads), or --encoders with its diffusers folder")
     return {"vae": load_vae(root / VAE_FILE, vae, dtypes[0]), "text_encoder": load_umt5(root / T5_FILE, text, dtypes[1]),
-            "tokenizer": AutoTokenizer.from_pretrained(str(root / TOKENIZER_DIR), local_files_only=True)}
+            "tokenizer": load_tokenizer(root / TOKENIZER_DIR)}
 
 
 # ----------------------------------------------------------------------------- shared
