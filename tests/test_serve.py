@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -436,3 +437,61 @@ def test_the_greeting_names_the_model_by_content(wam_server, tiny_ckpt):
     assert model["ckpt"] == {"fingerprint": checkpoint_fingerprint(tiny_ckpt)}
     assert model["EVALUATION.agent"] == "wam" and model["EVALUATION.num_inference_steps"] == STEPS
     assert all("path" not in entry for entry in model.values() if isinstance(entry, dict))  # a copy is the same model
+
+
+# ----------------------------------------------------------------- no client can starve the server (issue 39, class 3)
+def _half_frame_client(port: int) -> socket.socket:
+    """A raw TCP client that completes the WebSocket handshake, then sends half a frame and nothing more."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    response = b""
+    while b"\r\n\r\n" not in response:
+        response += sock.recv(4096)
+    assert response.startswith(b"HTTP/1.1 101"), response
+    sock.sendall(b"\x82\x85\x01\x02")  # a masked binary frame of 5 bytes: its mask and payload never come
+    return sock
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Read until the server closes the TCP connection (its close frame first)."""
+    while chunk := sock.recv(4096):
+        pass
+    return chunk == b""
+
+
+def test_idle_and_half_frame_clients_are_closed_and_their_places_freed(tmp_path):
+    with serving(tmp_path, "EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_slow",
+                 "SERVE.cameras=[cam]", "SERVE.max_sessions=2", "SERVE.idle_timeout_s=1",
+                 env={"WAM_TEST_DELAY_S": "0"}) as (port, _, _):
+        silent = connect(f"ws://127.0.0.1:{port}", ping_interval=None)
+        half = _half_frame_client(port)
+        with pytest.raises(InvalidStatus, match="503"):  # both places taken
+            connect(f"ws://127.0.0.1:{port}")
+        unpack(silent.recv(timeout=30))  # the greeting, then nothing from this client
+        with pytest.raises(ConnectionClosed) as closed:
+            silent.recv(timeout=30)
+        assert closed.value.rcvd.code == 1000 and "SERVE.idle_timeout_s" in closed.value.rcvd.reason
+        assert _closed(half)
+        with connect(f"ws://127.0.0.1:{port}") as ws:  # the places are free again
+            assert unpack(ws.recv(timeout=30))["agent"] == "python"
+        assert stats(port)["closed_idle"] == 2
+
+
+def test_the_session_cap_holds_while_the_model_loads_and_sigterm_stops_the_load(tmp_path):
+    gate = tmp_path / "gate"  # never created: the model worker loads forever
+    with serving(tmp_path, "EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_gated",
+                 "SERVE.cameras=[cam]", "SERVE.max_sessions=2", env={"WAM_TEST_GATE": str(gate)},
+                 wait_ready=False) as (port, process, log):
+        children = psutil.Process(process.pid).children(recursive=True)
+        waiting = [connect(f"ws://127.0.0.1:{port}") for _ in range(2)]  # admitted, greeted once the model loads
+        with pytest.raises(InvalidStatus, match="503"):
+            connect(f"ws://127.0.0.1:{port}")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0  # the load is cancelled, not waited for
+        for ws in waiting:
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=30)
+        _, left = psutil.wait_procs(children, timeout=30)
+        assert not left, [c.cmdline() for c in left]
+        assert "stop signal while the model workers load: cancelling their start" in log.read_text()

@@ -60,6 +60,10 @@ class BrokerError(RuntimeError):
     """The broker could not serve: workers failed to start, or kept dying."""
 
 
+class StartCancelled(BrokerError):
+    """The broker's start was cancelled (a server told to stop while its model workers loaded)."""
+
+
 class RemoteInferenceError(RuntimeError):
     """A model worker raised while serving this request (bad input, NaN output, ...)."""
 
@@ -400,6 +404,7 @@ class InferenceBroker:
             self.devices = worker_devices(config)
             self.pool = LocalWorkerPool(factory, self.devices, config, self.ctx)
         self.action_horizon: int | None = None
+        self._cancel_start = threading.Event()  # cancel_start(): a start in progress gives up
         self._requests: dict[int, Any] = {}  # actor -> our reading end of its request pipe
         self._replies: dict[int, Outbox] = {}  # actor -> the write end of its reply pipe
         self._slots: dict[int, str] = {}  # actor -> its shared-memory slot, unlinked if it dies
@@ -433,6 +438,10 @@ class InferenceBroker:
         logger.info("broker: %d %s model worker(s) on %s", len(self.pool), self.config.backend, self.devices)
         return self
 
+    def cancel_start(self) -> None:
+        """From another thread: make a :meth:`start` in progress stop within a second, its workers closed."""
+        self._cancel_start.set()
+
     def _start_worker(self, i: int) -> None:
         self.pool.start(i)
         self._served[i] = 0
@@ -443,6 +452,8 @@ class InferenceBroker:
         out-of-memory killer, a segfault) is restarted, up to max_worker_restarts; one whose factory
         raises stops the start at once with that error (it would raise again)."""
         while waiting:
+            if self._cancel_start.is_set():
+                raise StartCancelled("the model workers' start was cancelled")
             dead = [i for i in waiting if not self.pool.alive(i)]  # checked first: all they sent is in their pipes
             for kind, worker, payload in self._receive(timeout=1.0):
                 if kind == "failed":

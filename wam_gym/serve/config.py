@@ -28,6 +28,10 @@ class ServeSettings:
     max_message_mb: float = 64.0  # larger frames close the connection (code 1009)
     max_sessions: int = 256  # concurrent connections; more get HTTP 503
     drain_s: float = 30.0  # on SIGTERM/SIGINT: longest wait for the requests in flight before closing
+    # a connection that sends no whole frame for this long (nothing, or half a frame) is closed and its place freed
+    idle_timeout_s: float | None = 300.0
+    ping_interval_s: float | None = 20.0  # keep-alive pings; a peer that stops answering them is dropped; null: none
+    ping_timeout_s: float = 20.0  # how long a ping may go unanswered before the connection counts as dead
     cameras: list[str] | None = None  # the model's cameras, in order; null: the checkpoint's (needed for agent=python)
     openpi_keys: dict[str, str] = field(default_factory=dict)  # {contract key: openpi key} over the defaults (keymap.py)
     vla_eval_keys: dict[str, str] = field(default_factory=dict)  # {contract key: vla-eval key} over the defaults
@@ -41,6 +45,9 @@ SERVE_RANGES = {  # every numeric SERVE knob
     "max_message_mb": Range(0, open_low=True, integer=False, note="megabytes"),
     "max_sessions": Range(1, note="concurrent connections"),
     "drain_s": Range(0, integer=False, note="seconds"),
+    "idle_timeout_s": Range(0, open_low=True, integer=False, note="seconds", null="off"),
+    "ping_interval_s": Range(0, open_low=True, integer=False, note="seconds", null="no pings"),
+    "ping_timeout_s": Range(0, open_low=True, integer=False, note="seconds"),
 }
 
 

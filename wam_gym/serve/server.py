@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hmac
 import itertools
 import json
@@ -44,7 +45,7 @@ import websockets
 from websockets.asyncio.server import serve
 
 from envs.protocol import stack_rows
-from wam_gym.broker import BrokerError, InferenceBroker, RemoteInferenceError
+from wam_gym.broker import BrokerError, InferenceBroker, RemoteInferenceError, StartCancelled
 from wam_gym.keymap import key_map, to_contract
 from wam_gym.serve.config import LOOPBACK, ServeConfig
 from wam_gym.serve.hello import ServedModel, hello_fields, runner_hints
@@ -165,7 +166,9 @@ class PolicyServer:
         self.in_flight = 0  # frames being handled
         self.ready = asyncio.Event()
         self.draining = False
-        self.stats = {"sessions": 0, "openpi_requests": 0, "vla_eval_requests": 0, "vla_eval_episodes": 0, "errors": 0}
+        # what was served, and the connections reclaimed: idle past SERVE.idle_timeout_s, or silent to keep-alive pings
+        self.stats = {"sessions": 0, "openpi_requests": 0, "vla_eval_requests": 0, "vla_eval_episodes": 0, "errors": 0,
+                      "closed_idle": 0, "closed_unresponsive": 0}
         self.threads = concurrent.futures.ThreadPoolExecutor(s.max_sessions, thread_name_prefix="wam-session")
         self.port: int | None = None
 
@@ -179,11 +182,13 @@ class PolicyServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         async with serve(self._handle, s.host, s.port, process_request=self._http, compression=None,
-                         max_size=int(s.max_message_mb * 2**20), ping_interval=None) as server:
+                         max_size=int(s.max_message_mb * 2**20), ping_interval=s.ping_interval_s,
+                         ping_timeout=s.ping_timeout_s) as server:
             self.port = server.sockets[0].getsockname()[1]
             logger.info("serving on ws://%s:%d (openpi and vla-eval); loading the model workers", s.host, self.port)
             try:
-                await asyncio.to_thread(self.broker.start)
+                if not await self._load(stop):
+                    return  # stopped while loading: the workers are gone, the connections are closed below
                 self.metadata["action_horizon"] = self.config.EVALUATION.action_horizon or self.broker.action_horizon
                 self.ready.set()
                 if s.port_file:
@@ -192,6 +197,22 @@ class PolicyServer:
                 await self._until(stop)
             finally:
                 await self._drain(server)
+
+    async def _load(self, stop: asyncio.Event) -> bool:
+        """Start the model workers; a stop signal meanwhile cancels the start (within a second, its workers
+        closed). Returns whether they loaded."""
+        load = asyncio.ensure_future(asyncio.to_thread(self.broker.start))
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({load, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not load.done():
+            logger.info("stop signal while the model workers load: cancelling their start")
+            self.broker.cancel_start()
+            with contextlib.suppress(StartCancelled):
+                await load
+            return False
+        load.result()  # a start that failed raises here
+        return True
 
     async def _until(self, stop: asyncio.Event) -> None:
         """Wait for a stop signal; raise if the broker gave up meanwhile."""
@@ -242,17 +263,33 @@ class PolicyServer:
 
     # ----------------------------------------------------------------- WebSocket
     async def _handle(self, ws) -> None:
-        await self.ready.wait()  # connections made while the model loads are greeted once it has
-        if self.draining:
-            await ws.close(1001, "wam_gym.serve is shutting down")
-            return
+        self.sessions.add(ws)  # counted from its first moment: SERVE.max_sessions holds while the model loads too
+        try:
+            await self.ready.wait()  # connections made while the model loads are greeted once it has
+            if self.draining:
+                await ws.close(1001, "wam_gym.serve is shutting down")
+                return
+            await self._serve_session(ws)
+        except websockets.ConnectionClosed as closed:
+            if closed.rcvd is None and closed.sent is not None and closed.sent.code == 1011:  # keep-alive ping lost
+                self.stats["closed_unresponsive"] += 1
+        finally:
+            self.sessions.discard(ws)
+
+    async def _serve_session(self, ws) -> None:
         loop = asyncio.get_running_loop()
         session = await loop.run_in_executor(self.threads, Session, self, next(self.session_ids))
-        self.sessions.add(ws)
         self.stats["sessions"] += 1
+        idle = self.config.SERVE.idle_timeout_s
         try:
             await ws.send(greeting(self.metadata, self.hello))
-            async for frame in ws:
+            while True:
+                try:
+                    frame = await asyncio.wait_for(ws.recv(), idle)  # a whole frame, or none for `idle` seconds
+                except asyncio.TimeoutError:
+                    self.stats["closed_idle"] += 1
+                    await ws.close(1000, f"idle for {idle:g} s (SERVE.idle_timeout_s): connect again to continue")
+                    return
                 self.in_flight += 1
                 try:
                     reply, close = await loop.run_in_executor(self.threads, session.handle, frame)
@@ -262,12 +299,11 @@ class PolicyServer:
                     await ws.send(reply)
                 if close:
                     await ws.close(1008, "bad request: see the previous frame")
-                elif self.draining:
+                    return
+                if self.draining:
                     await ws.close(1001, "wam_gym.serve is shutting down")
-        except websockets.ConnectionClosed:
-            pass
+                    return
         finally:
-            self.sessions.discard(ws)
             await loop.run_in_executor(None, session.close)
 
 
