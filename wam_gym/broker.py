@@ -79,7 +79,7 @@ class BrokerConfig:
     inference_batch_wait_ms: float = 5.0  # longest the oldest queued request waits for a fuller batch
     backend: str = "local"  # local processes, or ray actors
     ray_address: str | None = None  # null: a local Ray cluster on 127.0.0.1
-    torch_threads_per_worker: int | None = None  # null: 1 on CPU workers (they share cores with envs), else torch's
+    torch_threads_per_worker: int | None = None  # null: 1 on CPU workers (they share cores with envs), else torch's; 0: torch's
     max_worker_restarts: int = 3  # restarts of each model worker (died, stalled, killed while loading) before the run stops
     startup_timeout_s: float = 600.0  # time for every model worker to load its model
     # The stall watchdog: a worker holding a batch longer than max(stall_floor_s, stall_factor x the
@@ -101,7 +101,7 @@ BROKER_RANGES = {  # every numeric knob of the broker (MULTIRUN.*)
     "workers_per_gpu": Range(1),
     "inference_batch_size": Range(1),
     "inference_batch_wait_ms": Range(0, integer=False, note="milliseconds"),
-    "torch_threads_per_worker": Range(1, null="1 on CPU workers, else torch's"),
+    "torch_threads_per_worker": Range(0, note="0: torch's own count, untouched", null="1 on CPU workers, else torch's"),
     "max_worker_restarts": Range(0, note="0: the first death stops the run"),
     "startup_timeout_s": Range(0, open_low=True, integer=False, note="seconds"),
     "stall_factor": Range(1, integer=False),
