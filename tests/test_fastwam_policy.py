@@ -82,7 +82,7 @@ def test_model_inputs_are_their_libero_inputs(policy, stats):
     """Our env renders upright; robosuite's raw frame is that upside down, and their eval turns it 180 degrees."""
     rng = np.random.default_rng(1)
     obs = libero_obs(rng, 1, size=256)
-    ours = policy._tiled(obs["pixels"], 1)
+    ours = policy._frames(obs["pixels"], 1)[:, :, 0]  # (B, 3, H, W * cameras): the current frame
     raw = {camera: obs["pixels"][camera][0, ::-1] for camera in CAMERAS}
     expected = theirs.model_image(raw["agentview"], raw["robot0_eye_in_hand"], size=32)
     assert torch.equal(ours, expected)

@@ -78,7 +78,6 @@ class WAMAgent(Agent):
             self._queues[env_id] = deque(chunk[row].astype(np.float32))
             self.last_prediction[env_id] = prediction.row(row)
 
-
     def _check_chunk(self, actions: np.ndarray) -> None:
         """A chunk the env cannot take is refused here, naming who sent it, not as a numpy error steps later."""
         if actions.shape[1] < 1:

@@ -142,13 +142,12 @@ class ModelConfig:
     image_size: tuple[int, int]
     num_future_frames: int
     action_horizon: int
+    vae_micro_batch_size: int | None  # VAE encode/decode in chunks of this many clips; None: whole batch
 
     @property
     def latent_frames(self) -> int:
         """Latent frames of the current frame plus the predicted future."""
         return 1 + self.num_future_frames // self.vae.scale_factor_temporal
-
-    vae_micro_batch_size: int | None  # VAE encode/decode in chunks of this many clips; None: whole batch
 
     # ----------------------------------------------------------------- its input/output convention
     # A model reads observations and writes actions the way it was trained to; these say how. The MoT's

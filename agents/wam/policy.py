@@ -104,11 +104,8 @@ class WAMPolicy:
                 f"observation lacks camera(s) {missing} (has {sorted(pixels)}); the model was trained on "
                 f"cameras={list(cfg.cameras)}: make the env with those cameras"
             )
-        return self._tiled(pixels, batch)[:, :, None]
-
-    def _tiled(self, pixels: Mapping[str, Any], batch: int) -> torch.Tensor:
-        """The cameras' images as one (B, 3, H, W * cameras) picture in [-1, 1], as the model's convention has it."""
-        return self.model.config.input_frames(pixels, batch, self.model.device)
+        # the cameras as one picture in [-1, 1], as the model's convention makes it
+        return cfg.input_frames(pixels, batch, self.model.device)[:, :, None]
 
     def _state(self, state: Any, batch: int) -> torch.Tensor:
         state = np.asarray(state)

@@ -90,7 +90,7 @@ class ClipDataset(Dataset):
             self.normalizer = Normalizer.from_stats_file(ds.stats_path, normalization)
             if convention is not None:  # the statistics of the actions in the model's units
                 stats = convention.dataset_stats(self.normalizer.stats)
-                self.normalizer = Normalizer.from_stats(stats, normalization, source=str(ds.stats_path))
+                self.normalizer = Normalizer.from_stats(stats, self.normalizer.mode, source=str(ds.stats_path))
         else:
             self.normalizer = None
 
