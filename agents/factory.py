@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gymnasium import spaces
 
 from agents.base import Agent
+from agents.policy import Policy
+from agents.predictor import PolicyPredictor, Predictor
 
 AGENTS = ("wam", "python", "remote", "expert", "random")
-# Agents that execute a predictor's action chunks (WAMAgent): a WAM checkpoint, a Policy of the
-# user's own (agents/policy.py), or a policy server; they differ only in who answers predict().
+# Agents that execute a predictor's action chunks (ChunkQueueAgent): a WAM checkpoint, a Policy of the
+# user's own (agents/policy.py), or a policy server; they differ only in who answers (agents/predictor.py).
 CHUNK_AGENTS = ("wam", "python", "remote")
 EXPERT_SUITES = ("metaworld",)  # suites with scripted experts
 
@@ -20,20 +20,22 @@ def make_agent(
     *,
     action_space: spaces.Box | None = None,
     seed: int | None = None,
-    predictor: Any = None,
+    predictor: Predictor | None = None,
+    policy: Policy | None = None,
     action_horizon: int | None = None,
     replan_steps: int | None = None,
 ) -> Agent:
-    """``wam``, ``python``, ``remote``: chunks from ``predictor`` (a Policy, a broker client
-    standing in for one, or a policy server's client);
+    """``wam``, ``python``, ``remote``: chunks from ``predictor`` (the broker's client, a policy
+    server's client) or from ``policy`` called in this process (a WAMPolicy, your own Policy);
     ``expert``: Meta-World's scripted policies; ``random``: uniform actions in ``action_space``
     drawn from ``seed``. ``action_space`` also clips a WAM's actions when given."""
     if kind in CHUNK_AGENTS:
-        if predictor is None:
-            raise ValueError(f"the {kind} agent needs a predictor (a Policy, a broker client or a remote client)")
-        from agents.wam.agent import WAMAgent
+        if (predictor is None) == (policy is None):
+            raise ValueError(f"the {kind} agent needs one of predictor= (a broker or remote client) or policy= "
+                             "(a Policy called in this process)")
+        from agents.chunk_queue import ChunkQueueAgent
 
-        return WAMAgent(predictor, action_horizon, replan_steps, action_space)
+        return ChunkQueueAgent(predictor or PolicyPredictor(policy), action_horizon, replan_steps, action_space)
     if kind == "expert":
         from agents.scripted import MetaWorldExpertAgent
 

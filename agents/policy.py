@@ -79,6 +79,12 @@ class Policy(Protocol):
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Any: ...
 
 
+def denoise_steps(policy: Policy) -> int | None:
+    """The policy's denoising steps per call, for results' cost columns: optional in the protocol
+    (a user's policy may have none to report), so this is the one place that reads it."""
+    return getattr(policy, "num_inference_steps", None)
+
+
 def as_prediction(result: Any, rows: int) -> Prediction:
     """A policy's answer for a batch of ``rows`` as a :class:`Prediction`, its actions checked:
     a wrong shape here would otherwise reach an env as a wrong action."""

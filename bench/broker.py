@@ -94,7 +94,7 @@ def sequential_run(args, ckpt: str) -> tuple[float, int]:
     steps, start = 0, time.perf_counter()
     for task in TASKS:
         env = envs.make(task, cameras=cameras, image_size=size)
-        agent = make_agent("wam", predictor=policy, replan_steps=args.replan_steps, action_space=env.action_space)
+        agent = make_agent("wam", policy=policy, replan_steps=args.replan_steps, action_space=env.action_space)
         for trial in range(args.trials):
             steps += run_episode(env, agent, seed=trial, max_steps=args.steps).steps
         env.close()

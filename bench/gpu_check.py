@@ -446,7 +446,7 @@ def _reuse(spec: dict, compile_on: bool) -> bool:
 
 def make_policy(model, spec: dict, compile_on: bool):
     from agents.wam import InferenceConfig, WAMPolicy
-    from agents.wam.fastwam.policy import FastWAMPolicy
+    from agents.wam.fastwam.fastwam_policy import FastWAMPolicy
 
     knobs = {"num_inference_steps": spec["inference_steps"], "torch_compile": compile_on,
              "inference_cross_kv_reuse": _reuse(spec, compile_on)}

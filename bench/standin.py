@@ -169,7 +169,7 @@ def as_run(workload: Workload, runs: list[dict], lo: float, hi: float) -> Worklo
 
 def broker_actor(client, workload: Workload, control) -> None:
     """A process entry point: run_actor through a BrokerClient (the path eval's actors take),
-    one call per R steps, as a WAMAgent executing action chunks makes."""
+    one call per R steps, as a ChunkQueueAgent executing action chunks makes."""
 
     def act(obs, step):
         if step % workload.replan_steps == 0:

@@ -36,17 +36,15 @@ def spy(monkeypatch):
     return calls
 
 
-def test_defaults():
-    cfg = CompileConfig()
-    assert (cfg.enabled, cfg.mode, cfg.backend, cfg.fullgraph, cfg.dynamic, cfg.options) == (
-        False,
-        "reduce-overhead",
-        "inductor",
-        False,
-        None,
-        {},
-    )
-    assert CompileConfig(options=None) == cfg  # None means no options, as {} does
+def test_defaults_reach_torch_compile(spy):
+    """Off by default; switched on, the defaults are what torch.compile receives (None options = {})."""
+    net = _Net()
+    assert compile_module(net, CompileConfig()) is net and spy == []
+    compile_module(net, CompileConfig(enabled=True, options=None))
+    [(_, kwargs)] = spy
+    assert kwargs == {"mode": "reduce-overhead", "backend": "inductor", "fullgraph": False, "dynamic": None,
+                      "options": None}
+    assert compiled_config(net) == CompileConfig(enabled=True)  # options=None and {} are one setting
 
 
 def test_forwards_every_knob_exactly(spy):

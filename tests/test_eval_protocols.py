@@ -133,11 +133,10 @@ def test_hydra_overrides_apply_it(tmp_path):
 
 
 def test_a_server_refuses_it():
-    from wam_gym.serve.config import ServeConfig
+    from wam_gym.serve.config import refuse_episode_knobs
 
-    with pytest.raises(ValueError, match="EVALUATION.protocol=fastwam_libero fixes how evaluation episodes run; a "
-                                         "server runs none: drop it"):
-        ServeConfig(ckpt="unused", EVALUATION=EvaluationConfig(protocol=FASTWAM))
+    with pytest.raises(ValueError, match="EVALUATION.protocol is an evaluation knob .* runs no episodes"):
+        refuse_episode_knobs([f"EVALUATION.protocol={FASTWAM}"])
 
 
 # ----------------------------------------------------------------- what a run evaluates

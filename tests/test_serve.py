@@ -107,7 +107,7 @@ def wam_server(tiny_ckpt, tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_policy(tiny_ckpt):
     from agents.wam.inference_config import InferenceConfig
-    from agents.wam.policy import WAMPolicy
+    from agents.wam.wam_policy import WAMPolicy
 
     return WAMPolicy.from_checkpoint(tiny_ckpt, InferenceConfig.from_knobs(num_inference_steps=STEPS))
 
@@ -368,6 +368,8 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_leaving_no_process(tm
 def test_a_bad_config_is_one_error_line_before_any_worker_starts(tiny_ckpt):
     """The command line's errors (the in-process checks are cases of tests/test_bad_inputs.py)."""
     for overrides, message in ((["EVALUATION.agent=random"], "cannot be served"),
+                               (["EVALUATION.num_trials=5"], "EVALUATION.num_trials is an evaluation knob"),
+                               (["MULTIRUN.env_num_per_worker=4"], "MULTIRUN.env_num_per_worker is an evaluation knob"),
                                ([f"ckpt={tiny_ckpt}", "+SERVE.openpi_keys={pixels.wrist: image}"],
                                 "SERVE.openpi_keys maps ['pixels.wrist'], which name no input of the model")):
         result = subprocess.run([sys.executable, "-m", "wam_gym.serve", *overrides], cwd=ROOT, capture_output=True,
@@ -375,6 +377,16 @@ def test_a_bad_config_is_one_error_line_before_any_worker_starts(tiny_ckpt):
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         last = result.stderr.strip().splitlines()[-1]
         assert last.startswith("error: ") and message in last, last
+
+
+def test_openpi_answers_carry_the_chunk_the_greeting_advertises(tiny_ckpt, tmp_path):
+    """EVALUATION.action_horizon caps what a client is told and what it gets alike."""
+    with serving(tmp_path, f"ckpt={tiny_ckpt}", f"EVALUATION.num_inference_steps={STEPS}",
+                 "EVALUATION.action_horizon=5") as (port, _, _):
+        with connect(f"ws://127.0.0.1:{port}", max_size=None) as ws:
+            assert unpack(ws.recv())["action_horizon"] == 5
+            ws.send(pack_openpi(openpi_obs()))
+            assert unpack(ws.recv())["actions"].shape == (5, 4)
 
 
 # ----------------------------------------------------------------- our harness as a client

@@ -44,7 +44,9 @@ from typing import Any
 import multiprocess
 import multiprocess.connection
 
-from agents.policy import ModelCost
+from agents.policy import ModelCost, Prediction
+from agents.predictor import Predictor
+from envs.protocol import batch_size, take_row
 from wam_gym.batching import Batcher, Pacer, Request
 from wam_gym.model_worker import BatchResult, PolicyFactory, decode, encode, receive, send, serve_forever
 from wam_gym.outbox import Outbox
@@ -301,8 +303,8 @@ def noise_seed(episode_seed: int, call: int, row: int = 0) -> int:
     return (episode_seed * 1_000_003 + call * 7919) % 2**62 + row
 
 
-class BrokerClient:
-    """An actor's handle on the broker; a ``Predictor`` for :class:`agents.wam.WAMAgent`.
+class BrokerClient(Predictor):
+    """An actor's handle on the broker; a :class:`~agents.predictor.Predictor` for the chunk-queue agent.
 
     Holds the actor's own request pipe and reply pipe; pass it to the process that uses it
     as a ``Process`` argument, then call :meth:`close` in the parent (the broker then sees
@@ -325,7 +327,7 @@ class BrokerClient:
     def __str__(self) -> str:
         return "the model (served by the broker's workers)"
 
-    def begin_episode(self, seed: int) -> None:
+    def begin_episode(self, seed: int, task: str | None = None) -> None:
         self.episode_seed, self._calls = seed, 0
         self.cost = ModelCost()
 
@@ -334,26 +336,31 @@ class BrokerClient:
         self.requests.close()
         self.replies.close()
 
-    def predict(self, obs, noise_seeds=None):
-        from agents.policy import Prediction
-        from envs.protocol import batch_size, take_row
-
+    def predict(self, obs, noise_seeds=None) -> Prediction:
         n = batch_size(obs)
+        answers = self._ask([take_row(obs, row) for row in range(n)], noise_seeds)
+        return Prediction.stack(answers)
+
+    def predict_row(self, obs, noise_seed=None) -> Prediction:
+        """One env's observation as one request: no batch to wrap it in and split again."""
+        return self._ask([obs], None if noise_seed is None else [noise_seed])[0]
+
+    def _ask(self, rows: list, noise_seeds) -> list:
+        """One model call's rows, each a request the broker may batch with others; their answers in order."""
         if noise_seeds is None:
-            noise_seeds = [noise_seed(self.episode_seed, self._calls, row) for row in range(n)]
+            noise_seeds = [noise_seed(self.episode_seed, self._calls, row) for row in range(len(rows))]
         self._calls += 1
         ids = []
-        rows = self.slot.share([take_row(obs, row) for row in range(n)])
-        for row in range(n):
+        for row, shared in enumerate(self.slot.share(rows)):
             rid = next(self._ids)
             ids.append(rid)
-            request = Request(self.actor_id, rid, rows[row], noise_seeds[row], time.monotonic(), self.slot.name)
+            request = Request(self.actor_id, rid, shared, noise_seeds[row], time.monotonic(), self.slot.name)
             try:
                 send(self.requests, ("request", request, None))
             except (BrokenPipeError, OSError):
                 raise BrokerError("the inference broker has shut down; this actor stops") from None
         answers = self._collect(set(ids))
-        return Prediction.stack([answers[r] for r in ids])
+        return [answers[r] for r in ids]
 
     def _collect(self, pending: set[int]) -> dict[int, Any]:
         answers = {}

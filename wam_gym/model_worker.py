@@ -17,7 +17,7 @@ from typing import Any
 
 from multiprocess.connection import wait
 
-from agents.policy import as_prediction
+from agents.policy import as_prediction, denoise_steps
 from envs.protocol import stack_rows
 from wam_gym.batching import Request
 from wam_gym.shared_obs import AttachedSegments
@@ -135,7 +135,7 @@ class ModelServer:
         else:
             replies = self._answer(batch.requests, batch.obs)
         return BatchResult(batch.batch_id, self.worker_id, replies, time.perf_counter() - start,
-                           getattr(self.policy, "num_inference_steps", None), batch.stack_seconds)
+                           denoise_steps(self.policy), batch.stack_seconds)
 
     def _stack(self, requests: Sequence[Request], reuse: dict | None) -> dict[str, Any]:
         with self._stacking:

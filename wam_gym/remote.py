@@ -1,4 +1,4 @@
-"""``EVALUATION.agent=remote``: a policy server (openpi or vla-eval protocol) as a WAMAgent predictor.
+"""``EVALUATION.agent=remote``: a policy server (openpi or vla-eval protocol) as a chunk-queue agent's predictor.
 
 :class:`RemotePolicy` is a synchronous WebSocket client, one per rollout actor, one round trip
 per observation row. The server's chunk length is unknown until it answers, so ``action_horizon``
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from agents.policy import ModelCost, Prediction, as_prediction
+from agents.predictor import Predictor
 from envs.protocol import INSTRUCTION, PIXELS, batch_size, take_row
 from wam_gym import __version__
 from wam_gym.broker import noise_seed
@@ -62,8 +63,8 @@ class RemoteSettings:
         return cls(ev.remote_url, ev.remote_protocol, dict(ev.remote_keys), ev.remote_api_key, ev.remote_timeout_s)
 
 
-class RemotePolicy:
-    """A policy server's client with the predictor interface of :class:`agents.wam.WAMAgent`."""
+class RemotePolicy(Predictor):
+    """A policy server's client as a :class:`~agents.predictor.Predictor`."""
 
     def __init__(self, settings: RemoteSettings):
         self.settings = settings
@@ -112,12 +113,21 @@ class RemotePolicy:
     # ----------------------------------------------------------------- predict
     def predict(self, obs, noise_seeds=None) -> Prediction:
         n = batch_size(obs)
-        if noise_seeds is None:  # as the broker does: a function of the episode, so a rerun gets the same noise
+        seeds = self._seeds(n, noise_seeds)
+        return Prediction.stack([self._ask(take_row(obs, row), seeds[row]) for row in range(n)])
+
+    def predict_row(self, obs, noise_seed=None) -> Prediction:
+        return self._ask(obs, self._seeds(1, None if noise_seed is None else [noise_seed])[0])
+
+    def _seeds(self, n: int, noise_seeds) -> list[int]:
+        """One call's noise seeds (connecting first if needed): as the broker does, a function of the
+        episode and the call, so a rerun gets the same noise."""
+        if noise_seeds is None:
             noise_seeds = [noise_seed(self.episode_seed, self._calls, row) for row in range(n)]
         self._calls += 1
         if self._ws is None:  # used without begin_episode; a connection lost mid-episode raised already
             self._connect()
-        return Prediction.stack([self._ask(take_row(obs, row), int(noise_seeds[row])) for row in range(n)])
+        return [int(seed) for seed in noise_seeds]
 
     def _ask(self, row: dict[str, Any], seed: int) -> Prediction:
         wire = to_wire(row, self._key_map(row))

@@ -53,12 +53,12 @@ def _imported(path: str):
 
 ARCHITECTURES = {
     "mot": Architecture(
-        "mot", config="agents.wam.config:MoTConfig", policy="agents.wam.policy:WAMPolicy",
+        "mot", config="agents.wam.config:MoTConfig", policy="agents.wam.wam_policy:WAMPolicy",
         build="agents.wam.checkpoint:build_model", load="agents.wam.checkpoint:load_pretrained",
         save="agents.wam.checkpoint:save_pretrained",
     ),
     "fastwam": Architecture(
-        "fastwam", config="agents.wam.fastwam.config:FastWAMConfig", policy="agents.wam.fastwam.policy:FastWAMPolicy",
+        "fastwam", config="agents.wam.fastwam.config:FastWAMConfig", policy="agents.wam.fastwam.fastwam_policy:FastWAMPolicy",
         build="agents.wam.fastwam.checkpoint:build_fastwam", load="agents.wam.fastwam.checkpoint:load_fastwam",
         save="agents.wam.fastwam.checkpoint:save_fastwam",
     ),

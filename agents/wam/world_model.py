@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from agents.wam.frames import video_to_uint8
-from agents.wam.policy import Prediction, WAMPolicy, _rows
+from agents.wam.wam_policy import Prediction, WAMPolicy, _rows
 from envs.protocol import ACTION
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,9 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent, run_episode
+from agents.chunk_queue import ChunkQueueAgent
 from agents.factory import CHUNK_AGENTS
+from agents.predictor import Predictor
 from envs.protocol import PIXELS
 from wam_gym.eval.imagination import ImaginationScore, ImaginationSpec
 from wam_gym.eval.run_protocol import observed_env
@@ -81,15 +83,18 @@ class _Actor:
     def __init__(self, actor_id: int, spec: ActorSpec, client, beat=lambda: None, tell=lambda message: None):
         self.actor_id, self.spec, self.client, self.beat, self.tell = actor_id, spec, client, beat, tell
         self.manager = os.getppid()
-        # Who answers a chunk agent's model calls: the broker (wam, python) or a policy server (remote).
-        self.predictor = RemotePolicy(spec.remote) if spec.agent == "remote" else client
-        if self.predictor is not None:
-            self.predictor.on_wait = beat  # waiting for the model is no stall of ours (the broker watches the model)
         self.envs: dict[str, Any] = {}
+        # Who answers a chunk agent's model calls: the broker (wam, python) or a policy server (remote);
+        # None: the agent needs no model (expert, random).
+        self.predictor: Predictor | None = None
+        self.chunks: ChunkQueueAgent | None = None  # the agent, when it executes the predictor's chunks
+        if spec.agent in CHUNK_AGENTS:
+            self.predictor = RemotePolicy(spec.remote) if spec.agent == "remote" else client
+            self.predictor.on_wait = beat  # waiting for the model is no stall of ours (the broker watches the model)
+            self.chunks = make_agent(spec.agent, predictor=self.predictor, action_horizon=spec.action_horizon,
+                                     replan_steps=spec.replan_steps)
         # One agent for every episode, but a random agent is made per episode, seeded by it.
-        self.agent = None if spec.agent == "random" else make_agent(
-            spec.agent, predictor=self.predictor, action_horizon=spec.action_horizon, replan_steps=spec.replan_steps
-        )
+        self.agent = self.chunks or (None if spec.agent == "random" else make_agent(spec.agent))
 
     def steps(self, job: Job) -> int | None:
         """The task's step limit (None: the env's registered one)."""
@@ -112,22 +117,22 @@ class _Actor:
         env = self.env(job)
         agent = self._episode_agent(env, job)
         start = time.perf_counter()
-        video = _VideoRecorder(self.spec, agent) if self.spec.save_video else None
-        score = ImaginationScore(self.spec.imagination, agent) if self.spec.imagination else None
-        calls = getattr(agent, "num_model_calls", None)
+        video = _VideoRecorder(self.spec, self.chunks) if self.spec.save_video else None
+        score = ImaginationScore(self.spec.imagination, self.chunks) if self.spec.imagination else None
+        calls = None if self.chunks is None else self.chunks.num_model_calls
         episode = run_episode(
             env, agent, seed=job.seed, options=job.reset_options,
             max_steps=self.steps(job),  # null: the suite's limit (0 is refused by the config)
             observe=self._stop_if_manager_gone if score is None else _hooks(self._stop_if_manager_gone, score.observe),
             after_act=video if score is None else _hooks(video, score.after_act),
         )
-        if hasattr(self.predictor, "end_episode"):  # a policy server hears how its episode ended
+        if self.predictor is not None:  # a policy server hears how its episode ended
             self.predictor.end_episode(episode.success)
         record = EpisodeRecord(
             task=job.task.name, trial=job.trial, seed=job.seed, success=episode.success, steps=episode.steps,
             reward=episode.reward, init_state_id=episode.info.get("init_state_id"),
             wall_time_s=time.perf_counter() - start, attempts=job.attempts, **(score.result() if score else {}),
-            **self._cost(agent, calls, episode.env_s),
+            **self._cost(calls, episode.env_s),
         )
         if video is not None:
             relative = Path("videos") / task_slug(job.task.name) / f"{job.trial:05d}.mp4"
@@ -135,12 +140,12 @@ class _Actor:
             record.video = relative.as_posix()
         return record
 
-    def _cost(self, agent, calls_before: int | None, env_s: float) -> dict[str, Any]:
+    def _cost(self, calls_before: int | None, env_s: float) -> dict[str, Any]:
         """The episode's cost columns: model calls, the model's seconds and denoising steps (as the
         workers or the policy server measured them; None where nobody did) and the env's seconds."""
-        cost = getattr(self.predictor, "cost", None)
+        cost = None if self.predictor is None else self.predictor.cost
         return {
-            "model_calls": None if calls_before is None else agent.num_model_calls - calls_before,
+            "model_calls": None if calls_before is None else self.chunks.num_model_calls - calls_before,
             "model_s": None if cost is None else cost.model_s,
             "denoise_steps": None if cost is None else cost.denoise_steps,
             "env_s": env_s,
@@ -155,18 +160,15 @@ class _Actor:
     def _episode_agent(self, env, job: Job):
         if self.agent is None:
             return make_agent("random", action_space=env.action_space, seed=job.seed)
-        if self.spec.agent in CHUNK_AGENTS:
-            self.agent.action_space = env.action_space
-            if isinstance(self.predictor, RemotePolicy):  # (re)connects; tells the server the task
-                self.predictor.begin_episode(job.seed, job.task.name)
-            else:
-                self.predictor.begin_episode(job.seed)
+        if self.chunks is not None:
+            self.chunks.action_space = env.action_space
+            self.predictor.begin_episode(job.seed, job.task.name)  # a policy server's client (re)connects here
         return self.agent
 
     def close(self) -> None:
         for env in self.envs.values():
             env.close()
-        if isinstance(self.predictor, RemotePolicy):
+        if self.predictor is not None:
             self.predictor.close()
 
 
@@ -185,14 +187,14 @@ class _VideoRecorder:
     """An ``after_act`` hook: one frame per step, the cameras (and, with visualize_future_video,
     the model's imagined future beside them, at the point of the chunk being executed)."""
 
-    def __init__(self, spec: ActorSpec, agent):
-        self.spec, self.agent = spec, agent
+    def __init__(self, spec: ActorSpec, chunks: ChunkQueueAgent | None):
+        self.spec, self.agent = spec, chunks  # None: an agent without a model (expert, random)
         self.frames = EpisodeVideo()
         self._calls = self._model_calls()
         self._since_plan = 0  # steps since the chunk being executed was predicted
 
     def _model_calls(self) -> int:
-        return getattr(self.agent, "num_model_calls", 0)
+        return 0 if self.agent is None else self.agent.num_model_calls
 
     def __call__(self, obs, action) -> None:
         calls = self._model_calls()
@@ -206,7 +208,7 @@ class _VideoRecorder:
         frame = tile([pixels[c] for c in cams])
         if not self.spec.visualize_future_video:
             return frame
-        prediction = getattr(self.agent, "last_prediction", {}).get(0)
+        prediction = None if self.agent is None else self.agent.last_prediction.get(0)
         future = None if prediction is None else prediction.video
         if future is not None:
             # Frame 0 reconstructs the present; frame k shows k * stride steps later (the stride the model

@@ -4,11 +4,11 @@ Group and knob names are EasyWAM's: ``EVALUATION.*`` for one episode and one mod
 ``MULTIRUN.*`` for processes, GPUs and batching. ``python -m wam_gym.eval --cfg job`` prints
 the composed config.
 
-The model-call knobs stay flat here, as users type them (``EVALUATION.num_inference_steps``,
-``EVALUATION.torch_compile_mode``, ...); their defaults come from the configs that own them
-(:class:`~agents.wam.inference_config.SamplerConfig`, :class:`~agents.wam.compile.CompileConfig`,
-:class:`~agents.wam.inference_config.InferenceConfig`), and :meth:`EvaluationConfig.inference`
-nests them through ``InferenceConfig.from_knobs``, the one place that maps the flat names.
+Each group extends the one the policy server shares (wam_gym/model_call.py):
+:class:`EvaluationConfig` adds the episode knobs (trials, stopping, outputs, videos, retries, the
+remote agent) to the model-call knobs of :class:`~wam_gym.model_call.ModelCallConfig`, and
+:class:`MultirunConfig` adds the rollout actors to the model workers' knobs. Users type both
+flat, as before (``EVALUATION.num_inference_steps``, ``EVALUATION.num_trials``).
 """
 
 from __future__ import annotations
@@ -17,45 +17,25 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.wam.compile import CompileConfig
-from agents.wam.inference_config import KNOBS, InferenceConfig, SamplerConfig
-from wam_gym.broker import BROKER_RANGES, BrokerConfig
+from agents.wam.inference_config import InferenceConfig
 from wam_gym.eval import protocols
+from wam_gym.model_call import MODEL_CALL_RANGES, MODEL_WORKERS_RANGES, ModelCallConfig, ModelWorkersConfig
 from wam_gym.utils.ranges import Range, check_ranges
 
 
 @dataclass
-class EvaluationConfig:
-    """EVALUATION.*: one model call (the flat inference knobs) and one episode."""
+class EvaluationConfig(ModelCallConfig):
+    """EVALUATION.*: the model-call knobs (ModelCallConfig) and one episode."""
 
-    agent: str = "wam"  # wam (needs ckpt) | python (EVALUATION.policy) | remote (a policy server) | expert | random
-    policy: str | None = None  # agent=python: pkg.module:factory, factory(device) builds a Policy (agents/policy.py)
     remote_url: str | None = None  # agent=remote: ws://host:port of an openpi or vla-eval policy server
     remote_protocol: str = "openpi"  # agent=remote: openpi | vla-eval
     remote_keys: dict[str, str] = field(default_factory=dict)  # agent=remote: {contract key: wire key} (wam_gym/keymap.py)
     remote_api_key: str | None = None  # agent=remote: sent as openpi's "Authorization: Api-Key" header
     remote_timeout_s: float = 300.0  # agent=remote: longest wait for one answer, and for the server to come back
-    # one model call (InferenceConfig, see inference())
-    num_inference_steps: int = SamplerConfig.num_inference_steps  # denoising steps: model calls per chunk
-    sampler: str | None = SamplerConfig.name  # flow_euler | unipc | dpmpp | ddim; null: the model's (MoT unipc, FastWAM Euler)
-    # flow shift; 1.0 = none, above 1 = more steps at high noise; null: the model's (MoT 5.0, FastWAM its schedules')
-    shift: float | None = SamplerConfig.shift
-    inference_cross_kv_reuse: bool = InferenceConfig.inference_cross_kv_reuse  # text K/V once per call (same outputs)
-    visualize_future_video: bool = InferenceConfig.visualize_future_video  # decode the predicted future frames
-    future_video: str = InferenceConfig.future_video  # sample | expected: which predicted future is decoded
     # predicted future frames vs the frames the env then renders (PSNR/SSIM, and the copy-the-current-frame
     # baseline's; wam_gym/eval/imagination.py). null: when the frames are decoded anyway (visualize_future_video,
     # a joint-video model); true: decode them for it (agent=wam, joint models; costs a VAE decode per model call)
     imagination_score: bool | None = None
-    torch_compile: bool = CompileConfig.enabled  # torch.compile the denoiser (first call compiles)
-    torch_compile_mode: str | None = CompileConfig.mode  # torch.compile mode; reduce-overhead may use CUDA graphs
-    torch_compile_backend: str = CompileConfig.backend  # torch.compile backend
-    torch_compile_fullgraph: bool = CompileConfig.fullgraph  # fail on graph breaks
-    torch_compile_dynamic: bool | None = CompileConfig.dynamic  # dynamic shapes; null: torch decides
-    torch_compile_options: dict[str, Any] = field(default_factory=dict)  # backend options ({}: none); replace the mode
-    torch_compile_batch_sizes: list[int] = field(default_factory=list)  # pad calls to these sizes, compiled at load ([]: off)
-    seed: int = InferenceConfig.seed  # of the sampling noise, and trial k's env seed is seed + k
-    # one episode
     # a named evaluation protocol (wam_gym/eval/protocols.py: fastwam_libero): fixes the env kwargs, step limits,
     # replan_steps, action_horizon, num_inference_steps and seed as another project evaluates; null: ours (openpi's)
     protocol: str | None = None
@@ -65,11 +45,6 @@ class EvaluationConfig:
     compare_to: str | None = None  # another run's output_dir: stop once the paired comparison with it is decided
     stop_level: float = 0.95  # confidence of both stopping rules
     max_episode_steps: int | None = None  # null: the suite's limit
-    action_horizon: int | None = None  # null: the model's
-    replan_steps: int | None = None  # null: action_horizon
-    video_mode: str | None = None  # joint | action_only; null: the checkpoint's
-    dataset_stats_path: str | None = None  # null: the checkpoint's dataset_stats.json (required when it has none)
-    allow_image_resize: bool = False  # let env_kwargs.image_size differ from the checkpoint's (frames get resized)
     # outputs
     output_dir: str = "evaluate_results/${benchmark}/${now:%Y%m%d-%H%M%S}"  # results, videos, tensorboard
     eval_save_video: bool = False  # an mp4 per episode
@@ -85,55 +60,45 @@ class EvaluationConfig:
         if self.imagination_score and self.agent != "wam":
             raise ValueError(f"EVALUATION.imagination_score=true scores a WAM checkpoint's predicted frames; "
                              f"EVALUATION.agent={self.agent} predicts none it can score: set it to null or false")
-        try:  # checked here, not in a model worker after the model has loaded
-            self.inference()
-        except ValueError as exc:
-            raise ValueError(f"EVALUATION: {exc}") from None
-        check_ranges(self, "EVALUATION", EVALUATION_RANGES)  # each would hang, crash an actor, or mean another thing
+        super().__post_init__()
+        check_ranges(self, "EVALUATION", EPISODE_RANGES)
         protocols.named(self.protocol)  # a known name (what it fixes is applied by EvalConfig, which has env_kwargs)
 
     def inference(self) -> InferenceConfig:
         """The model-call knobs, nested as the policy takes them (imagination_score=true decodes the frames)."""
-        inference = InferenceConfig.from_knobs(**{name: getattr(self, name) for name in KNOBS})
+        inference = super().inference()
         if self.imagination_score:
             inference = dataclasses.replace(inference, visualize_future_video=True)
         return inference
 
 
 @dataclass
-class MultirunConfig(BrokerConfig):
-    """MULTIRUN.*: the broker's knobs (BrokerConfig) and the rollout actors."""
+class MultirunConfig(ModelWorkersConfig):
+    """MULTIRUN.*: the model workers' knobs (ModelWorkersConfig) and the rollout actors."""
 
     env_num_per_worker: int = 2  # rollout actors (env processes) per model worker
-    prompt_cache_size: int = 64  # prompt embeddings cached per model worker
     task_sets: list[str] | None = None  # null: the benchmark's default sets
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_ranges(self, "MULTIRUN", MULTIRUN_RANGES)
+        check_ranges(self, "MULTIRUN", ACTOR_RANGES)
 
 
 SECONDS = "seconds"
-EVALUATION_RANGES = {  # every numeric EVALUATION knob (tests/test_config_schema.py holds it to that)
+EPISODE_RANGES = {  # every numeric knob EvaluationConfig adds
     "remote_timeout_s": Range(0, open_low=True, integer=False, note=SECONDS),
-    "num_inference_steps": Range(1, note="denoising steps per call"),
-    "shift": Range(0, open_low=True, integer=False, null="the model's own"),
-    "seed": Range(0, note="trial k uses seed + k"),
     "num_trials": Range(1, note="episodes per task"),
     "target_ci_halfwidth": Range(0, 0.5, open_low=True, integer=False, note="e.g. 0.1: +-10 points", null="off"),
     "stop_level": Range(0.5, 1, open_high=True, integer=False, note="e.g. 0.95"),
     "max_episode_steps": Range(1, null="the suite's limit"),
-    "action_horizon": Range(1, null="the model's"),
-    "replan_steps": Range(1, null="action_horizon"),
     "video_fps": Range(1),
     "max_attempts": Range(1, note="tries per episode"),
     "actor_stall_s": Range(0, open_low=True, integer=False, note=SECONDS, null="off"),
 }
-MULTIRUN_RANGES = {  # every numeric MULTIRUN knob: the broker's, then the actors'
-    **BROKER_RANGES,
-    "env_num_per_worker": Range(1, note="actors per model worker"),
-    "prompt_cache_size": Range(0, note="0: no cache"),
-}
+ACTOR_RANGES = {"env_num_per_worker": Range(1, note="actors per model worker")}
+# every numeric EVALUATION and MULTIRUN knob (tests/test_config_schema.py holds each field to one)
+EVALUATION_RANGES = {**MODEL_CALL_RANGES, **EPISODE_RANGES}
+MULTIRUN_RANGES = {**MODEL_WORKERS_RANGES, **ACTOR_RANGES}
 
 
 @dataclass

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from agents.chunk_queue import ChunkQueueAgent
+
 from envs.protocol import PIXELS
 
 logger = logging.getLogger(__name__)
@@ -104,13 +106,13 @@ def _train_configs(folder: Path) -> list[Path]:
 
 
 class ImaginationScore:
-    """The scorer of one episode of env 0 of ``agent`` (a :class:`~agents.wam.agent.WAMAgent`):
+    """The scorer of one episode of env 0 of ``agent`` (a :class:`~agents.chunk_queue.ChunkQueueAgent`):
     :meth:`after_act` and :meth:`observe` are :func:`agents.run_episode`'s hooks; :meth:`result`
     gives the episode's :data:`RECORD_FIELDS`."""
 
-    def __init__(self, spec: ImaginationSpec, agent):
+    def __init__(self, spec: ImaginationSpec, agent: ChunkQueueAgent):
         self.spec, self.agent = spec, agent
-        self._calls = getattr(agent, "num_model_calls", 0)
+        self._calls = agent.num_model_calls
         self._future: np.ndarray | None = None  # (F, H, W, 3): frames 1..F of the chunk being executed
         self._current: np.ndarray | None = None  # (H, W, 3): the real frame that chunk was predicted from
         self._since = 0  # env steps since that replan
@@ -119,12 +121,12 @@ class ImaginationScore:
         self.frames_scored = 0
 
     def after_act(self, obs: Mapping[str, Any], action) -> None:
-        calls = getattr(self.agent, "num_model_calls", 0)
+        calls = self.agent.num_model_calls
         if calls == self._calls:
             return
         self._calls = calls
         self._close_replan()
-        prediction = getattr(self.agent, "last_prediction", {}).get(0)
+        prediction = self.agent.last_prediction.get(0)
         video = None if prediction is None else prediction.video
         if video is None or len(video) < 2:  # no frames this time: nothing to score until the next replan
             self._future = self._current = None

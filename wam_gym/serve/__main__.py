@@ -79,5 +79,13 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    import sys
+
+    from wam_gym.serve.config import refuse_episode_knobs
+
+    try:
+        refuse_episode_knobs(sys.argv[1:])
+    except ValueError as exc:
+        fail(exc)
     register_schema()
     run_hydra(main, "python -m wam_gym.serve")

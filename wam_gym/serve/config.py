@@ -1,16 +1,19 @@
 """The policy server's config (``python -m wam_gym.serve``), as Hydra structured configs.
 
 ``EVALUATION.*`` (what to serve and how each model call runs) and ``MULTIRUN.*`` (model workers,
-GPUs, batching) are eval's own groups, so a server runs a model exactly as an evaluation would;
+GPUs, batching) are the model-call groups that evaluation extends (wam_gym/model_call.py), so a
+server runs a model exactly as an evaluation would, and an episode knob (``EVALUATION.num_trials``,
+``MULTIRUN.env_num_per_worker``) is refused in one line: a server runs no episodes.
 ``SERVE.*`` holds what only a server has: where it listens, who may talk to it, and how clients'
 keys map onto the model's inputs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from wam_gym.eval.config import EvaluationConfig, MultirunConfig
+from wam_gym.model_call import ModelCallConfig, ModelWorkersConfig
 from wam_gym.policies import SERVED_AGENTS
 from wam_gym.utils.ranges import Range, check_ranges
 
@@ -56,18 +59,33 @@ class ServeConfig:
     """The whole ``python -m wam_gym.serve`` config."""
 
     ckpt: str | None = None  # a checkpoint directory (EVALUATION.agent=wam)
-    EVALUATION: EvaluationConfig = field(default_factory=EvaluationConfig)  # what is served, one model call
-    MULTIRUN: MultirunConfig = field(default_factory=MultirunConfig)  # model workers, GPUs and batching
+    EVALUATION: ModelCallConfig = field(default_factory=ModelCallConfig)  # what is served, one model call
+    MULTIRUN: ModelWorkersConfig = field(default_factory=ModelWorkersConfig)  # model workers, GPUs and batching
     SERVE: ServeSettings = field(default_factory=ServeSettings)  # the endpoint
 
     def __post_init__(self) -> None:
         if self.EVALUATION.agent not in SERVED_AGENTS:
             raise ValueError(f"EVALUATION.agent={self.EVALUATION.agent!r} cannot be served; serve one of {SERVED_AGENTS} "
                              "(wam with ckpt=DIR, python with EVALUATION.policy=pkg.module:factory)")
-        if self.EVALUATION.protocol is not None:
-            raise ValueError(f"EVALUATION.protocol={self.EVALUATION.protocol} fixes how evaluation episodes run; a server "
-                             "runs none: drop it (python -m wam_gym.eval EVALUATION.agent=remote applies it, and the "
-                             "server takes EVALUATION.num_inference_steps and seed as you set them)")
-        if self.EVALUATION.imagination_score:
-            raise ValueError("EVALUATION.imagination_score scores evaluation episodes; a server runs none: drop it (the "
-                             "evaluating harness scores, e.g. python -m wam_gym.eval EVALUATION.agent=remote)")
+
+
+
+def refuse_episode_knobs(overrides: list[str], prog: str = "python -m wam_gym.serve") -> None:
+    """Raise ValueError, in one line, for an override of a knob that evaluation's group of that name
+    has and the server's lacks (``EVALUATION.num_trials=5``): the server would otherwise only say the
+    key is unknown, and the user would not learn that it belongs to ``python -m wam_gym.eval``."""
+    from wam_gym.eval.config import EvalConfig  # the episode knobs' owner, imported only to name them
+
+    for override in overrides:
+        group, _, rest = override.lstrip("+~").partition(".")
+        knob = rest.split("=", 1)[0]
+        if group in ("EVALUATION", "MULTIRUN") and knob not in _knobs(ServeConfig, group) \
+                and knob in _knobs(EvalConfig, group):
+            raise ValueError(f"{group}.{knob} is an evaluation knob (episodes, outputs, actors): {prog} runs no "
+                             f"episodes and takes only the model-call knobs; drop it (every key: {prog} --cfg job)")
+
+
+def _knobs(config_class: type, group: str) -> set[str]:
+    """The knob names of ``config_class``'s group ``group`` (a dataclass field such as EVALUATION)."""
+    group_class = next(f.default_factory for f in dataclasses.fields(config_class) if f.name == group)
+    return {f.name for f in dataclasses.fields(group_class)}

@@ -9,7 +9,8 @@ model workers and GPUs. Each connection opens with one greeting frame that is bo
 metadata dict and vla-eval's HELLO reply (wam_gym/wire.py), so the port needs no protocol
 setting; the first frame a client sends says which protocol the connection speaks.
 
-- openpi: an observation in, ``{"actions": (H, A), "server_timing": {...}}`` out (plus
+- openpi: an observation in, ``{"actions": (H, A), "server_timing": {...}}`` out, H the greeting's
+  ``action_horizon`` (EVALUATION.action_horizon, else the model's chunk) (plus
   ``video`` when EVALUATION.visualize_future_video is set). An optional ``noise_seed`` int seeds
   that call's sampling. A bad observation gets a text frame with the one-line error, then the
   connection closes (what openpi's client expects).
@@ -44,7 +45,6 @@ from urllib.parse import parse_qs, urlparse
 import websockets
 from websockets.asyncio.server import serve
 
-from envs.protocol import stack_rows
 from wam_gym.broker import BrokerError, InferenceBroker, RemoteInferenceError, StartCancelled
 from wam_gym.keymap import key_map, to_contract
 from wam_gym.serve.config import LOOPBACK, ServeConfig
@@ -68,7 +68,7 @@ class Session:
         self.server, self.id = server, session_id
         self.client = server.broker.client(session_id)
         self.protocol: str | None = None
-        self.agent = None  # vla-eval: a WAMAgent on this session's client, its chunk queue per episode
+        self.agent = None  # vla-eval: a ChunkQueueAgent on this session's client, its chunk queue per episode
         self._begin(None)
 
     def _begin(self, seed: Any) -> None:
@@ -109,12 +109,13 @@ class Session:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ClientError(f"noise_seed={seed!r} must be a non-negative int")
         start, model_s = time.perf_counter(), self.client.cost.model_s or 0.0
-        prediction = self.client.predict(stack_rows([row]), None if seed is None else [seed]).row(0)
+        prediction = self.client.predict_row(row, seed)
         # infer_ms: the model's time for this request (its share of a batched call), which clients count as
         # the cost of a call; total_ms: with the queue wait, as the client waited.
         timing = {"infer_ms": 1000 * ((self.client.cost.model_s or 0.0) - model_s),
                   "total_ms": 1000 * (time.perf_counter() - start)}
-        answer = {"actions": prediction.actions, "server_timing": timing}
+        # EVALUATION.action_horizon caps the chunk, as the greeting's action_horizon says (null: the model's whole chunk)
+        answer = {"actions": prediction.actions[: self.server.config.EVALUATION.action_horizon], "server_timing": timing}
         if prediction.video is not None:
             answer["video"] = prediction.video
         self.server.stats["openpi_requests"] += 1

@@ -1,12 +1,13 @@
-"""A World Action Model as an agent: action chunks, executed from per-env queues.
+"""The chunk-queue agent: a predictor's action chunks, executed from per-env queues.
 
-The model predicts ``action_horizon`` actions; the agent executes the first
+The predictor (agents/predictor.py: a WAM checkpoint through the inference broker, your own
+policy, a policy server) answers ``action_horizon`` actions; the agent executes the first
 ``replan_steps`` of them, then asks again. A predictor whose ``action_horizon`` is None (a
 remote policy server, whose chunk length is known only from its answers) has every chunk
-executed whole, unless ``action_horizon``/``replan_steps`` cap it. Each env of a batch has its own queue, so envs
-reset at different times replan at different steps, and only the envs whose queue ran dry
-send their observation to the model (through any object with ``predict(obs) -> Prediction``:
-a local :class:`WAMPolicy`, or the inference broker's client).
+executed whole, unless ``action_horizon``/``replan_steps`` cap it. Each env of a batch has its
+own queue, so envs reset at different times replan at different steps, and only the envs whose
+queue ran dry send their observation to the model; one env's observation goes as one row
+(``Predictor.predict_row``), never wrapped into a batch to be split again.
 """
 
 from __future__ import annotations
@@ -14,23 +15,18 @@ from __future__ import annotations
 import warnings
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from agents.base import Agent
-from agents.policy import Prediction  # not agents.wam.policy: no torch for remote/python agents
-from envs.protocol import batch_size, select_rows, stack_rows
+from agents.policy import Prediction  # not agents.wam's policy: no torch for remote/python agents
+from agents.predictor import Predictor
+from envs.protocol import batch_size, select_rows
 
 
-class Predictor(Protocol):
-    action_horizon: int | None  # None: unknown until it answers (execute each chunk whole)
-
-    def predict(self, obs: Mapping[str, Any]) -> Prediction: ...
-
-
-class WAMAgent(Agent):
+class ChunkQueueAgent(Agent):
     def __init__(
         self,
         predictor: Predictor,
@@ -53,16 +49,22 @@ class WAMAgent(Agent):
 
     def replan(self, obs: Mapping[str, Any]) -> None:
         """Drop every queued action and predict new chunks from ``obs`` now."""
-        batch, n, _ = _as_batch(obs)
-        self._plan(batch, list(range(n)))
+        n = batch_size(obs)
+        if n is None:
+            self._plan_one(obs)
+        else:
+            self._plan(obs, list(range(n)))
 
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
-        batch, n, single = _as_batch(obs)
+        n = batch_size(obs)
+        if n is None:  # one env's observation
+            if not self._queues.get(0):
+                self._plan_one(obs)
+            return self._queues[0].popleft()
         dry = [i for i in range(n) if not self._queues.get(i)]
         if dry:  # only envs whose queue ran dry send their observation to the model
-            self._plan(select_rows(batch, dry) if len(dry) < n else batch, dry)
-        actions = np.stack([self._queues[i].popleft() for i in range(n)])
-        return actions[0] if single else actions
+            self._plan(select_rows(obs, dry) if len(dry) < n else obs, dry)
+        return np.stack([self._queues[i].popleft() for i in range(n)])
 
     def act_one(self, obs: Mapping[str, Any], env_index: int) -> np.ndarray:
         return self.act(obs)
@@ -70,28 +72,33 @@ class WAMAgent(Agent):
     def _plan(self, obs: Mapping[str, Any], env_ids: list[int]) -> None:
         prediction = self.predictor.predict(obs)
         self.num_model_calls += 1
-        self._check_chunk(prediction.actions)
-        chunk = prediction.actions[:, : self.replan_steps]  # replan_steps None: the whole chunk
+        self._check_chunk(prediction.actions.shape[1:])
+        for row, env_id in enumerate(env_ids):
+            self._queue(env_id, prediction.row(row))
+
+    def _plan_one(self, obs: Mapping[str, Any]) -> None:
+        prediction = self.predictor.predict_row(obs)
+        self.num_model_calls += 1
+        self._check_chunk(prediction.actions.shape)
+        self._queue(0, prediction)
+
+    def _queue(self, env_id: int, prediction: Prediction) -> None:
+        """Env ``env_id``'s queue: the first replan_steps actions of its chunk, clipped to the action space."""
+        chunk = prediction.actions[: self.replan_steps]  # replan_steps None: the whole chunk
         if self.action_space is not None:
             chunk = np.clip(chunk, self.action_space.low, self.action_space.high)
-        for row, env_id in enumerate(env_ids):
-            self._queues[env_id] = deque(chunk[row].astype(np.float32))
-            self.last_prediction[env_id] = prediction.row(row)
+        self._queues[env_id] = deque(chunk.astype(np.float32))
+        self.last_prediction[env_id] = prediction
 
-    def _check_chunk(self, actions: np.ndarray) -> None:
-        """A chunk the env cannot take is refused here, naming who sent it, not as a numpy error steps later."""
-        if actions.shape[1] < 1:
-            raise ValueError(f"{self.predictor} answered a chunk of no actions ({actions.shape}); every answer needs "
+    def _check_chunk(self, shape: tuple[int, ...]) -> None:
+        """A chunk of ``shape`` (steps, *action) the env cannot take is refused here, naming who sent it,
+        not as a numpy error steps later."""
+        if shape[0] < 1:
+            raise ValueError(f"{self.predictor} answered a chunk of no actions ({shape}); every answer needs "
                              "at least one action per env")
-        if self.action_space is not None and actions.shape[2:] != self.action_space.shape:
-            raise ValueError(f"{self.predictor} answered actions of {actions.shape[2:]} per step; the env takes "
+        if self.action_space is not None and shape[1:] != self.action_space.shape:
+            raise ValueError(f"{self.predictor} answered actions of {shape[1:]} per step; the env takes "
                              f"{self.action_space.shape}: the policy was made for another env (or another key map)")
-
-
-def _as_batch(obs: Mapping[str, Any]) -> tuple[Mapping[str, Any], int, bool]:
-    """(the batch, its size, whether ``obs`` was one env's observation made a batch of one)."""
-    n = batch_size(obs)
-    return (stack_rows([obs]), 1, True) if n is None else (obs, n, False)
 
 
 def _horizon(requested: int | None, model_horizon: int | None) -> int | None:

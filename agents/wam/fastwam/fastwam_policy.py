@@ -1,6 +1,6 @@
 """FastWAM as a served policy: a batch of observations in, action chunks (and predicted frames) out.
 
-:class:`FastWAMPolicy` is :class:`~agents.wam.policy.WAMPolicy` (batching, padding to compiled sizes,
+:class:`FastWAMPolicy` is :class:`~agents.wam.wam_policy.WAMPolicy` (batching, padding to compiled sizes,
 the prompt cache, per-row noise seeds, the finiteness check, and the input/output convention the model's
 config gives: for FastWAM its checkpoint's ``inputs``, :mod:`agents.wam.fastwam.inputs`) around FastWAM's own
 inference: its Euler steps on its own schedules (:mod:`agents.wam.fastwam.sampling`: ``action_only`` runs
@@ -22,7 +22,7 @@ import torch
 from agents.wam.fastwam.model import FastWAM
 from agents.wam.fastwam.sampling import sample_actions, sample_joint
 from agents.wam.inference_config import SamplerConfig
-from agents.wam.policy import WAMPolicy, check_finite
+from agents.wam.wam_policy import WAMPolicy, check_finite
 
 EULER = "flow_euler"  # the only sampler FastWAM takes: their Euler steps on their shifted grid
 

@@ -1,4 +1,4 @@
-"""WAMAgent's chunk queues, and the bad inputs a policy must refuse."""
+"""The chunk-queue agent's queues, and the bad inputs a policy must refuse."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from agents.chunk_queue import ChunkQueueAgent
+from agents.predictor import PolicyPredictor, Predictor
 from agents.wam import (
     InferenceConfig,
     NonFiniteOutputError,
     Prediction,
     SamplerConfig,
-    WAMAgent,
     WAMPolicy,
     build_model,
     preset,
@@ -24,7 +25,7 @@ from tests.test_wam_model import observation
 HORIZON = 6
 
 
-class CountingPredictor:
+class CountingPredictor(Predictor):
     """Predicts chunk k for every call k: action[t] = (call, t, state[0], 0)."""
 
     action_horizon = HORIZON
@@ -32,7 +33,7 @@ class CountingPredictor:
     def __init__(self):
         self.calls: list[np.ndarray] = []  # the states each call saw
 
-    def predict(self, obs) -> Prediction:
+    def predict(self, obs, noise_seeds=None) -> Prediction:
         state = np.asarray(obs["state"])
         self.calls.append(state.copy())
         b, k = state.shape[0], len(self.calls) - 1
@@ -50,7 +51,7 @@ def batch(states) -> dict:
 
 def test_chunks_execute_replan_steps_then_replan():
     predictor = CountingPredictor()
-    agent = WAMAgent(predictor, replan_steps=3)
+    agent = ChunkQueueAgent(predictor, replan_steps=3)
     steps = [agent.act(batch([0.0, 1.0])) for _ in range(7)]
     assert len(predictor.calls) == 3  # steps 0, 3, 6
     assert [a[0, 0] for a in steps] == [0, 0, 0, 1, 1, 1, 2]
@@ -60,7 +61,7 @@ def test_chunks_execute_replan_steps_then_replan():
 
 def test_only_envs_with_empty_queues_reach_the_model():
     predictor = CountingPredictor()
-    agent = WAMAgent(predictor, replan_steps=4)
+    agent = ChunkQueueAgent(predictor, replan_steps=4)
     agent.act(batch([0.0, 1.0, 2.0]))
     agent.reset([1])  # env 1's episode ended
     actions = agent.act(batch([0.0, 11.0, 2.0]))
@@ -72,27 +73,27 @@ def test_only_envs_with_empty_queues_reach_the_model():
 
 def test_replan_discards_queued_actions():
     predictor = CountingPredictor()
-    agent = WAMAgent(predictor, replan_steps=5)
+    agent = ChunkQueueAgent(predictor, replan_steps=5)
     agent.act(batch([0.0]))
     agent.replan(batch([0.0]))
     assert agent.act(batch([0.0]))[0, 0] == 1 and len(predictor.calls) == 2
 
 
 def test_single_env_observation_gives_one_action():
-    agent = WAMAgent(CountingPredictor())
+    agent = ChunkQueueAgent(CountingPredictor())
     obs = {"pixels": {}, "state": np.zeros(4, np.float32), "instruction": "x"}
     assert agent.act(obs).shape == (4,)
 
 
 def test_replan_steps_clipped_to_horizon_with_a_warning():
     with pytest.warns(UserWarning, match="clipped to 6"):
-        agent = WAMAgent(CountingPredictor(), replan_steps=10)
+        agent = ChunkQueueAgent(CountingPredictor(), replan_steps=10)
     assert agent.replan_steps == HORIZON
     with pytest.raises(ValueError, match="1..6"):
-        WAMAgent(CountingPredictor(), action_horizon=7)
+        ChunkQueueAgent(CountingPredictor(), action_horizon=7)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert WAMAgent(CountingPredictor(), action_horizon=4).replan_steps == 4
+        assert ChunkQueueAgent(CountingPredictor(), action_horizon=4).replan_steps == 4
 
 
 class ServerPredictor(CountingPredictor):
@@ -104,25 +105,25 @@ class ServerPredictor(CountingPredictor):
         super().__init__()
         self.lengths = iter(lengths)
 
-    def predict(self, obs) -> Prediction:
+    def predict(self, obs, noise_seeds=None) -> Prediction:
         return Prediction(super().predict(obs).actions[:, : next(self.lengths)])
 
 
 def test_unknown_horizon_executes_each_chunk_whole_unless_capped():
     predictor = ServerPredictor([3, 1, 2])
-    agent = WAMAgent(predictor)
+    agent = ChunkQueueAgent(predictor)
     assert agent.action_horizon is None and agent.replan_steps is None
     steps = [agent.act(batch([0.0]))[0, :2].tolist() for _ in range(6)]
     assert steps == [[0, 0], [0, 1], [0, 2], [1, 0], [2, 0], [2, 1]]  # (call, index in its chunk)
-    capped = WAMAgent(ServerPredictor([6, 6]), replan_steps=4)  # EVALUATION.replan_steps caps any chunk
+    capped = ChunkQueueAgent(ServerPredictor([6, 6]), replan_steps=4)  # EVALUATION.replan_steps caps any chunk
     assert [capped.act(batch([0.0]))[0, 0] for _ in range(5)] == [0, 0, 0, 0, 1]
-    assert WAMAgent(ServerPredictor([]), action_horizon=2).replan_steps == 2
+    assert ChunkQueueAgent(ServerPredictor([]), action_horizon=2).replan_steps == 2
     with pytest.raises(ValueError, match="action_horizon=0"):
-        WAMAgent(ServerPredictor([]), action_horizon=0)
+        ChunkQueueAgent(ServerPredictor([]), action_horizon=0)
 
 
 def test_actions_clipped_to_the_action_space():
-    agent = WAMAgent(CountingPredictor(), replan_steps=2, action_space=gym.spaces.Box(-1, 1, (4,), np.float32))
+    agent = ChunkQueueAgent(CountingPredictor(), replan_steps=2, action_space=gym.spaces.Box(-1, 1, (4,), np.float32))
     agent.act(batch([5.0]))
     assert agent.act(batch([5.0]))[0].tolist() == [0, 1, 1, 0]
 
@@ -135,7 +136,7 @@ def policy() -> WAMPolicy:
 
 def test_tiny_wam_drives_vectorized_meta_world(policy):
     envs = gym.make_vec("wam_gym/MetaWorld-reach-v3", num_envs=2, vectorization_mode="sync", image_size=64)
-    agent = WAMAgent(policy, replan_steps=4, action_space=envs.single_action_space)
+    agent = ChunkQueueAgent(PolicyPredictor(policy), replan_steps=4, action_space=envs.single_action_space)
     obs, _ = envs.reset(seed=0)
     for _ in range(5):
         actions = agent.act(obs)
@@ -163,7 +164,7 @@ def test_bad_observations_are_refused(policy, corrupt, message):
 
 
 def test_nan_from_the_model_never_reaches_the_env(policy):
-    agent = WAMAgent(policy)
+    agent = ChunkQueueAgent(PolicyPredictor(policy))
     weight = policy.model.action_expert.proj_out.weight
     saved = weight.detach().clone()
     with torch.no_grad():

@@ -1,7 +1,7 @@
 """One model call: a batch of observations in, action chunks (and predicted frames) out.
 
-``WAMPolicy.predict`` is the unit the inference broker batches and serves; ``WAMAgent``
-calls it only for envs whose action queue ran dry.
+``WAMPolicy.predict`` is the unit the inference broker batches and serves; the chunk-queue
+agent (agents/chunk_queue.py) calls it only for envs whose action queue ran dry.
 """
 
 from __future__ import annotations
