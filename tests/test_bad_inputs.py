@@ -394,9 +394,9 @@ def eval_rerun(before: Callable[[Ctx, Path], object] | None = None, **changes) -
 
 
 def hold_lock(ctx: Ctx, out: Path) -> None:
-    from wam_gym.eval.rundir import locked
+    from wam_gym.utils.run_dir import EVAL_LOCK, locked
 
-    ctx.held_lock = locked(out)
+    ctx.held_lock = locked(out, EVAL_LOCK)
     ctx.held_lock.__enter__()  # as another evaluation would; released when ctx is dropped
 
 
@@ -644,11 +644,11 @@ def cases() -> list[Case]:
     from envs.rendering import GLBackendError
     from training.caches import CacheMismatchError
     from training.data import DatasetError
-    from training.run_dir import DiskFullError, ResumeMismatchError
     from wam_gym.broker import BrokerConfig, BrokerError
     from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
     from wam_gym.keymap import ObservationError
     from wam_gym.utils.publish import TargetBusyError
+    from wam_gym.utils.run_dir import DiskFullError, ResumeMismatchError
     from wam_gym.wire import WireError
 
     f32 = np.float32
@@ -841,8 +841,8 @@ def cases() -> list[Case]:
              r"is in use by another evaluation \(pid \d+ on \S+, since \S+: .*\): wait for it to finish, or use another "
              r"EVALUATION\.output_dir"),
         Case("eval-disk-full", eval_rerun(eval_disk_full), EvalError,
-             r"no space left on the device writing \S+/results\.json \(every record written before is kept\); free "
-             r"space, then run again to resume with EVALUATION\.output_dir="),
+             r"no space left on device writing \S+/results\.json \(\d+ MiB free; .*every record written before is "
+             r"kept\): free space, then run again to resume with EVALUATION\.output_dir="),
         # --- serving, remote and python policies (issue 16)
         Case("serve-agent-not-served", serve_config(agent="expert"), ValueError,
              r"EVALUATION\.agent='expert' cannot be served; serve one of \('wam', 'python'\)"),

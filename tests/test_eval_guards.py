@@ -23,8 +23,8 @@ from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
 from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
 from wam_gym.eval.manager import EvalManager
 from wam_gym.eval.run_protocol import LEGACY_IDENTITY_FILE, PROTOCOL_FILE, checkpoint_fingerprint, protocol_hash
-from wam_gym.eval.rundir import LOCK_FILE
 from wam_gym.results import EpisodeRecord, ResultStore
+from wam_gym.utils.run_dir import EVAL_LOCK as LOCK_FILE
 
 REACH, PUSH = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"
 SEED = 7
@@ -264,8 +264,8 @@ def test_cli_wrong_stats_path_is_one_line_and_writes_nothing(tmp_path, tiny_ckpt
 LOCK_HOLDER = """
 import sys, time
 from pathlib import Path
-from wam_gym.eval.rundir import locked
-with locked(Path(sys.argv[1])):
+from wam_gym.utils.run_dir import EVAL_LOCK, locked
+with locked(Path(sys.argv[1]), EVAL_LOCK):
     print("held", flush=True)
     time.sleep(300)
 """
@@ -329,7 +329,7 @@ def test_disk_full_while_writing_records_keeps_the_written_ones(tmp_path, monkey
     with pytest.raises(EvalError) as info:
         manager.run()
     message = str(info.value)
-    assert message.startswith("no space left on the device writing ") and "00002.json" in message
+    assert message.startswith("no space left on device writing ") and "00002.json" in message and " MiB free" in message
     assert "every record written before is kept" in message and f"EVALUATION.output_dir={out}" in message
     assert "\n" not in message
     assert [p.name for p in sorted((out / "episodes").rglob("*.json"))] == ["00000.json", "00001.json"]
@@ -339,7 +339,7 @@ def test_disk_full_while_writing_records_keeps_the_written_ones(tmp_path, monkey
 def test_disk_full_while_writing_the_summary(done_run, monkeypatch):
     fill_disk_after(monkeypatch, writes_left=0)
     before = episode_bytes(done_run)
-    with pytest.raises(EvalError, match=r"^no space left on the device writing \S+/results\.json"):
+    with pytest.raises(EvalError, match=r"^no space left on device writing \S+/results\.json"):
         run(config(done_run))
     assert episode_bytes(done_run) == before
 

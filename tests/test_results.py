@@ -1,6 +1,7 @@
 import csv
 import json
 import logging
+import re
 
 import pytest
 
@@ -141,8 +142,9 @@ def test_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch)
     with pytest.raises(OutOfSpaceError) as info:
         store.write(_rec(trial=1))
     monkeypatch.setattr(wam_gym.utils.publish.os, "fsync", real_fsync)
-    assert str(info.value) == (f"no space left on the device writing {store.episode_path(REACH, 1)} (every record "
-                               "written before is kept); free space, then run again to resume")
+    assert re.fullmatch(rf"no space left on device writing {re.escape(str(store.episode_path(REACH, 1)))} \(\d+ MiB "
+                        r"free; OSError: No space left on device; every record written before is kept\): free space, "
+                        r"then run again to resume", str(info.value))
     assert store.done() == {(REACH, 0)} and _no_temp_files(tmp_path)
     with pytest.raises(OutOfSpaceError, match="writing .*results.json"):
         monkeypatch.setattr(wam_gym.results, "atomic_write_text", lambda path, text: full(0))

@@ -23,7 +23,7 @@ import torch
 from training import loop, run_dir
 from training.config import DatasetConfig, TrainConfig
 from training.engine import EngineConfig, TorchEngine, latest_checkpoint
-from training.run_dir import DiskFullError, ResumeMismatchError
+from wam_gym.utils.run_dir import DiskFullError, ResumeMismatchError
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS = {"action": {"mean": [0.5], "std": [2.0]}}

@@ -24,14 +24,14 @@ def main(cfg: DictConfig) -> None:
     from agents.wam.attention import AttentionBackendError
     from training.engine import UnsafeCheckpointError
     from training.loop import train
-    from training.run_dir import DiskFullError
+    from wam_gym.utils.run_dir import DiskFullError, OutputDirBusy
 
     logging.getLogger().setLevel(logging.INFO)
     try:
         config: TrainConfig = OmegaConf.to_object(cfg)  # the dataclasses' own checks raise ValueError here
         train(config)
     except (ValueError, FileNotFoundError, FloatingPointError, AttentionBackendError, UnsafeCheckpointError,
-            DiskFullError) as exc:
+            DiskFullError, OutputDirBusy) as exc:
         fail(exc)  # these messages name their fix: one line, no traceback
 
 

@@ -38,7 +38,8 @@ from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
 from training.engine import checkpoint_dir, latest_checkpoint, make_engine, resolve_mixed_precision
 from training.engine.checkpoint import staging_path
-from wam_gym.utils.publish import remove_dir, writer_lock
+from wam_gym.utils.publish import remove_dir
+from wam_gym.utils.run_dir import DiskFullError, check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +165,7 @@ def train(cfg: TrainConfig) -> Path:
         torch.manual_seed(cfg.seed)
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         out = Path(cfg.output_dir)
+        check_writable(out, "output_dir")  # before minutes of loading
         dataset = open_dataset(cfg)
         record = run_dir.describe(cfg, dataset.identity(), resolve_mixed_precision(cfg.mixed_precision, device))
         ckpt = latest_checkpoint(out / "checkpoints") if cfg.resume else None
@@ -187,7 +189,7 @@ def train(cfg: TrainConfig) -> Path:
         sampler.epoch, sampler.start = state["epoch"], state["consumed"]
         loader = make_loader(AugmentedClips(clips, cfg.dataset.augment, cfg.seed) if augment else clips, cfg, sampler, device)
         if engine.is_main_process:  # one run per output_dir: a second is refused, naming this one, before it writes
-            held.enter_context(writer_lock(out))
+            held.enter_context(run_dir.locked(out))
             _prepare_output_dir(cfg, out, record, resuming=ckpt is not None, mismatched=bool(mismatched))
         writer = _writer(out, engine)
 
@@ -241,8 +243,7 @@ def _prepare_output_dir(cfg: TrainConfig, out: Path, record: dict, *, resuming: 
     run_dir.clean_leftovers(out)
     if not cfg.resume:
         run_dir.start_over(out)
-    with run_dir.disk_full_reported(out / run_dir.RUN_CONFIG, out):
-        run_dir.write_run_config(out, record, resuming=resuming, mismatched=mismatched)
+    run_dir.write_run_config(out, record, resuming=resuming, mismatched=mismatched)
 
 
 def save_final(module, final: Path, stats_path: Path, normalization: str | None = None) -> Path:
@@ -290,7 +291,7 @@ def _checkpoint(engine, out: Path, state: dict, keep: int) -> None:
     try:
         with run_dir.disk_full_reported(target, out):
             engine.save(target, dict(state))
-    except run_dir.DiskFullError:
+    except DiskFullError:
         shutil.rmtree(staging_path(target), ignore_errors=True)  # its partial files hold the space the user must free
         raise
     if engine.is_main_process:

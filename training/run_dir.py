@@ -1,5 +1,8 @@
-"""A training run's output_dir, besides the checkpoints' contents: the run config and the resume
-check, the leftovers of killed saves, and a full disk reported as such.
+"""A training run's output_dir, besides the checkpoints' contents: what makes its settings
+comparable on resume, starting over, the leftovers of killed saves, and a full disk's message.
+
+The mechanics are wam_gym/utils/run_dir.py's, shared with evaluation (the lock, the identity
+record, the resume check, the one disk-full error); what is training's is here:
 
 * ``train_config.json`` is written once, by the run that starts the directory, and never
   overwritten. A rerun resumes only with the same result-changing settings
@@ -8,31 +11,28 @@ check, the leftovers of killed saves, and a full disk reported as such.
   resumes anyway and records the new settings in ``train_config.resumed-N.json``; the next rerun
   is compared with the newest such record. ``resume=false`` starts over: the old step
   checkpoints are deleted (a later resume must never mix them with the new run's).
+* One training per output_dir: :func:`locked` (``train.lock``).
 * :func:`clean_leftovers` removes what a killed save left (hidden staging, ``.deleting-*``,
-  ``.checkpoint.old``): one writer per output_dir is assumed, as for every checkpoint here.
-* :func:`disk_full_reported` turns ENOSPC, and torch's and safetensors' wrappings of it
-  (``unexpected pos``, ``file write failed``, ``StorageFull``), into one line naming the path.
+  ``.checkpoint.old``): the lock makes this run the only writer.
+* :func:`disk_full_reported` turns a full disk while saving into one line naming the path and the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
-import re
 import shutil
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from wam_gym.utils.publish import atomic_write_text, recover_dir, remove_dir, remove_stale_locks
+from wam_gym.utils import run_dir
+from wam_gym.utils.publish import recover_dir, remove_dir, remove_stale_locks
 
 log = logging.getLogger(__name__)
 
 RUN_CONFIG = "train_config.json"
-RESUMED_RE = re.compile(r"^train_config\.resumed-(\d+)\.json$")
 DATASET_IDENTITY = "dataset_identity"  # the key the run config keeps the dataset's identity under
 # mixed_precision=auto means bf16 on a GPU that has it, fp32 elsewhere: the run config keeps what it
 # became, so resuming a GPU's bf16 run on a CPU (or the other way round) is a difference like any other.
@@ -50,14 +50,6 @@ BOOKKEEPING = frozenset({
 BOOKKEEPING_GROUPS = ("infra.", "precompute.")  # speed profiles (cached latents equal online ones) and cache generation
 
 
-class ResumeMismatchError(ValueError):
-    """A rerun into an output_dir whose checkpoints were trained with other settings."""
-
-
-class DiskFullError(RuntimeError):
-    """A checkpoint could not be written: no space left on the device."""
-
-
 # ---------------------------------------------------------------------------------------------- the run config
 
 
@@ -71,19 +63,9 @@ def describe(cfg, dataset_identity: dict[str, Any] | None, precision: str) -> di
     return record
 
 
-def saved_configs(out: Path) -> list[Path]:
-    """train_config.json, then its train_config.resumed-N.json records, oldest first."""
-    resumed = sorted((int(m.group(1)), p) for p in out.glob("train_config.resumed-*.json") if (m := RESUMED_RE.match(p.name)))
-    original = [out / RUN_CONFIG] if (out / RUN_CONFIG).is_file() else []
-    return original + [p for _, p in resumed]
-
-
 def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(key, saved, current) for every result-changing key both configs have, in config order.
-
-    Keys only one side has are skipped: a config written before a knob existed says nothing about it."""
-    old, new = _flatten(saved), _flatten(current)
-    return [(k, old[k], v) for k, v in new.items() if k in old and old[k] != v and not _bookkeeping(k)]
+    """(key, saved, current) for every result-changing key both configs have, in config order."""
+    return run_dir.differences(saved, current, _bookkeeping)
 
 
 def check_resume(out: Path, current: dict[str, Any], allow_mismatch: bool) -> list[tuple[str, Any, Any]]:
@@ -91,21 +73,13 @@ def check_resume(out: Path, current: dict[str, Any], allow_mismatch: bool) -> li
 
     Call only when a checkpoint will be resumed; reads only. Returns the differences that
     ``allow_mismatch`` let through (empty when the settings match)."""
-    saved = saved_configs(out)
-    if not saved:
-        log.warning("%s has checkpoints but no %s: resuming without comparing settings", out, RUN_CONFIG)
-        return []
-    diffs = differences(json.loads(saved[-1].read_text()), current)
-    if diffs and not allow_mismatch:
-        raise ResumeMismatchError(_mismatch_message(out, saved[-1], diffs, current))
-    for key, old, new in diffs:
-        log.warning("allow_resume_mismatch=true: resuming %s with %s=%r (was %r)", out, key, new, old)
-    return diffs
+    return run_dir.check_resume(out, RUN_CONFIG, current, allow=allow_mismatch, ignore=_bookkeeping,
+                                refusal=lambda saved, diffs: _mismatch_message(out, saved, diffs, current))
 
 
 def _mismatch_message(out: Path, saved: Path, diffs: list, current: dict) -> str:
     key, old, new = diffs[0]
-    more = f" (and {len(diffs) - 1} more: {', '.join(d[0] for d in diffs[1:4])})" if len(diffs) > 1 else ""
+    more = run_dir.and_more([d[0] for d in diffs[1:]])
     if key.startswith(DATASET_IDENTITY + "."):
         field = key.split(".", 1)[1]
         what = f"dataset.root's meta/info.json {field}: {old!r} in {saved.name}, {new!r} in {current['dataset']['root']}"
@@ -116,24 +90,6 @@ def _mismatch_message(out: Path, saved: Path, diffs: list, current: dict) -> str
             "or allow_resume_mismatch=true to resume anyway (recorded in train_config.resumed-N.json)")
 
 
-def write_run_config(out: Path, record: dict[str, Any], *, resuming: bool, mismatched: bool) -> Path | None:
-    """Record the run's settings without ever overwriting the original ``train_config.json``.
-
-    A new run writes it (over one a run without checkpoints left); a resume with allowed
-    differences adds the next ``train_config.resumed-N.json``; a matching resume writes nothing."""
-    text = json.dumps(record, indent=2)
-    if not resuming:
-        for old in saved_configs(out)[1:]:  # the records of a run this one replaces
-            old.unlink()
-        return atomic_write_text(out / RUN_CONFIG, text)
-    if mismatched or not saved_configs(out):
-        names = saved_configs(out)
-        n = 1 + max((int(m.group(1)) for p in names if (m := RESUMED_RE.match(p.name))), default=0)
-        path = out / RUN_CONFIG if not names else out / f"train_config.resumed-{n}.json"
-        return atomic_write_text(path, text)
-    return None
-
-
 def start_over(out: Path) -> None:
     """resume=false: delete the step checkpoints of the run in ``out``, so no later resume mixes them in."""
     root = out / "checkpoints"
@@ -142,18 +98,22 @@ def start_over(out: Path) -> None:
         remove_dir(root)
 
 
-def _flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in record.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def _bookkeeping(key: str) -> bool:
     return key in BOOKKEEPING or key.startswith(BOOKKEEPING_GROUPS)
+
+
+# ---------------------------------------------------------------------------------------------- the writer
+
+
+def locked(out: Path) -> contextlib.AbstractContextManager[None]:
+    """Hold ``out``'s training lock; a second training into it gets a one-line OutputDirBusy naming this one."""
+    return run_dir.locked(out, run_dir.TRAIN_LOCK, knob="output_dir", what="training run")
+
+
+def write_run_config(out: Path, record: dict[str, Any], *, resuming: bool, mismatched: bool) -> Path | None:
+    """``train_config.json`` once, or the next ``train_config.resumed-N.json`` (see run_dir.record_settings)."""
+    with disk_full_reported(out / RUN_CONFIG, out):
+        return run_dir.record_settings(out, RUN_CONFIG, record, resuming=resuming, mismatched=mismatched)
 
 
 # ---------------------------------------------------------------------------------------------- leftovers
@@ -185,39 +145,9 @@ def clean_leftovers(out: Path) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- a full disk
 
-_FULL_PATTERNS = ("no space left on device", "storagefull", "unexpected pos", "file write failed", "os error 28")
 
-
-def is_disk_full(exc: BaseException) -> bool:
-    """ENOSPC/EDQUOT, or torch's (``unexpected pos``, ``file write failed``) or safetensors'
-    (``StorageFull``) wrapping of a short write, anywhere in the exception's chain."""
-    seen = 0
-    while exc is not None and seen < 16:
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if any(p in str(exc).lower() for p in _FULL_PATTERNS):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
-
-
-@contextlib.contextmanager
-def disk_full_reported(path: Path, out: Path) -> Iterator[None]:
-    """Re-raise a full disk while writing ``path`` as one :class:`DiskFullError` line naming the fix."""
-    try:
-        yield
-    except Exception as exc:
-        if not is_disk_full(exc):
-            raise
-        cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise DiskFullError(
-            f"no space left on device writing {path} ({_free(out)} free; {type(exc).__name__}: {cause}): free space "
-            f"or set output_dir=<a directory on a disk with room>; the previous checkpoint in {out} is kept"
-        ) from exc
-
-
-def _free(path: Path) -> str:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return f"{shutil.disk_usage(candidate).free / 2**20:.0f} MiB"
-    return "unknown"
+def disk_full_reported(path: Path, out: Path) -> contextlib.AbstractContextManager[None]:
+    """A full disk while writing ``path`` (a checkpoint, the run config) as one
+    :class:`wam_gym.utils.run_dir.DiskFullError` line naming the fix."""
+    return run_dir.disk_full_reported(path, out, kept=f"the previous checkpoint in {out} is kept",
+                                      fix="free space or set output_dir=<a directory on a disk with room>")

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import hashlib
 import io
 import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from wam_gym.utils.publish import atomic_write_text
+from wam_gym.utils.run_dir import DiskFullError, disk_full_reported
 from wam_gym.utils.stats import mean_rate_interval, wilson
 
 log = logging.getLogger(__name__)
@@ -49,29 +49,13 @@ INTERVALS = {
 # A "clean" id: our own namespace, a name of safe characters with no "_", an optional ":index".
 _CLEAN_ID = re.compile(r"wam_gym/([A-Za-z0-9][A-Za-z0-9.-]*)(?::([0-9]+))?")
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+OutOfSpaceError = DiskFullError  # the one disk-full error (wam_gym.utils.run_dir), by the name wam_gym.eval catches
 
 
-class OutOfSpaceError(OSError):
-    """A record or summary could not be written: the disk (or quota) is full. Files written
-    before are complete and kept (every write is atomic)."""
-
-    def __str__(self) -> str:
-        return self.strerror  # one line, without "[Errno 28]"
-
-
-@contextlib.contextmanager
-def space_checked(path: Path) -> Iterator[None]:
-    """Turn ENOSPC/EDQUOT while writing ``path`` into one line that says so."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno not in _DISK_FULL or isinstance(exc, OutOfSpaceError):
-            raise
-        raise OutOfSpaceError(
-            exc.errno, f"no space left on the device writing {path} (every record written before is kept); "
-            "free space, then run again to resume"
-        ) from exc
+def space_checked(path: Path) -> contextlib.AbstractContextManager[None]:
+    """A full disk (ENOSPC/EDQUOT) while writing ``path`` as one DiskFullError line that says so."""
+    return disk_full_reported(path, path.parent, kept="every record written before is kept",
+                              fix="free space, then run again to resume")
 
 
 @dataclass

@@ -29,10 +29,10 @@ import multiprocess.connection
 
 from agents.factory import AGENTS
 from wam_gym.broker import InferenceBroker
-from wam_gym.eval import preflight, protocols, rundir
+from wam_gym.eval import preflight, protocols
 from wam_gym.eval.actor import ActorSpec, actor_main
 from wam_gym.eval.config import EvalConfig
-from wam_gym.eval.errors import EvalError
+from wam_gym.eval.errors import EvalError, OutputDirBusy
 from wam_gym.eval.imagination import ImaginationSpec, imagination_spec
 from wam_gym.eval.run_protocol import RunProtocol, agent_identity, benchmark_protocol, episode_seed, reference_outcomes
 from wam_gym.eval.stopping import StoppingRule
@@ -49,6 +49,7 @@ from wam_gym.results import (
     summarize,
     write_summary,
 )
+from wam_gym.utils import run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class EvalManager:
         # each task's step limit (per task: a protocol may give each suite its own)
         self.episode_steps = {task.name: protocols.episode_steps(ev, task.env_id) for task in self.tasks}
         self.output_dir = Path(ev.output_dir).expanduser()
-        rundir.check_writable(self.output_dir)
+        run_dir.check_writable(self.output_dir, "EVALUATION.output_dir")
         self.store = ResultStore(self.output_dir)
         self.env_kwargs = dict(config.env_kwargs)
         self.ckpt: Path | None = None  # absolute, ~ expanded
@@ -269,7 +270,8 @@ class EvalManager:
 
     # ----------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
-        with rundir.locked(self.output_dir):  # held until the summary is written
+        with run_dir.locked(self.output_dir, run_dir.EVAL_LOCK, knob="EVALUATION.output_dir", what="evaluation",
+                            error=OutputDirBusy):  # held until the summary is written
             if self.config.EVALUATION.agent == "remote":  # the model behind the server is part of what acts
                 try:
                     self.server_model = served_model(RemoteSettings.from_evaluation(self.config.EVALUATION))

@@ -37,7 +37,7 @@ from envs.registry import suite_of
 from wam_gym.eval import protocols
 from wam_gym.eval.errors import EvalError, ResumeMismatch
 from wam_gym.results import space_checked
-from wam_gym.utils.publish import atomic_write_text
+from wam_gym.utils.run_dir import and_more, read_record, write_record
 
 logger = logging.getLogger(__name__)
 
@@ -215,8 +215,7 @@ def show(value: Any) -> str:
 def describe(diffs: list[dict[str, Any]], was: str = "was", now: str = "now") -> str:
     """The first difference in words, and the names of the others: one line."""
     first = diffs[0]
-    more = f" (and {', '.join(d['field'] for d in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
-        if len(diffs) > 1 else ""
+    more = and_more([d["field"] for d in diffs[1:]])
     return f"{first['field']} {was} {show(first['recorded'])}, {now} {show(first['now'])}{more}"
 
 
@@ -226,11 +225,8 @@ def load(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"{run_dir} has no {PROTOCOL_FILE} (not an evaluation output dir, or written by an older "
                          "wam_gym): rerun its evaluation with EVALUATION.output_dir pointing at it to record one")
-    try:
-        record = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ValueError(f"{path} is not readable JSON ({exc}): rerun the evaluation into a new output dir") from None
-    if not isinstance(record, dict) or any(not isinstance(record.get(s, {}), dict) for s in SECTIONS):
+    record = read_record(path, "rerun the evaluation into a new output dir")
+    if any(not isinstance(record.get(s, {}), dict) for s in SECTIONS):
         raise ValueError(f"{path} is not a protocol record (an object with {', '.join(SECTIONS)}): rerun the "
                          "evaluation into a new output dir")
     return record
@@ -318,7 +314,7 @@ class RunProtocol:
                 raise ValueError(f"{exc}; or delete {self.path} if its episodes are this run's") from None
         legacy = self.path.with_name(LEGACY_IDENTITY_FILE)
         if legacy.is_file():
-            return json.loads(legacy.read_text()), True
+            return read_record(legacy, "use a new EVALUATION.output_dir"), True
         # Their settings are unknown (the file was deleted, or an older wam_gym wrote them): crediting them to this
         # run's settings is a guess, made only when asked and then recorded for good.
         if not self.allow_mismatch:
@@ -355,4 +351,4 @@ class RunProtocol:
 
     def _write(self) -> None:
         with space_checked(self.path):
-            atomic_write_text(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
+            write_record(self.path, self.record, sort_keys=True)
