@@ -1,8 +1,9 @@
 # make test  - create .venv if needed, install, run the tests (what CI runs)
 # make test-fast - the main venv's tests without those marked slow (for developers; CI runs make test)
 # make demo  - the embedded default end to end: demos, a tiny WAM trained on the CPU, evaluation, report
+# make docs  - regenerate docs/reference/ from the code and build the site into build/site (strict)
 VENV        ?= .venv
-EXTRAS      ?= metaworld,train,ray,dev,interop
+EXTRAS      ?= metaworld,train,ray,dev,interop,docs
 # Simulators whose MuJoCo pins clash with Meta-World's get a venv each (.venv-<name>);
 # `make test SUITE_VENVS=` skips them.
 SUITE_VENVS ?= robosuite libero maniskill
@@ -11,7 +12,7 @@ SUITE_EXTRAS_libero := ,interop
 PYTEST_ARGS ?=
 DEMO_DIR    ?= outputs/demo
 
-.PHONY: install test test-main test-fast suite-venvs test-suites demo list-envs bench clean
+.PHONY: install test test-main test-fast suite-venvs test-suites demo docs list-envs bench clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	scripts/install.sh $(VENV) $(EXTRAS)
@@ -40,6 +41,10 @@ test-suites: suite-venvs
 	@for s in $(SUITE_VENVS); do \
 	  .venv-$$s/bin/python -m pytest tests/suites/test_$$s.py $(PYTEST_ARGS) || exit 1; \
 	done
+
+docs: $(VENV)/.installed
+	$(VENV)/bin/python scripts/gen_docs.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 list-envs: $(VENV)/.installed
 	$(VENV)/bin/python -m wam_gym.envs list

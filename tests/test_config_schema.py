@@ -241,11 +241,3 @@ def test_a_knob_out_of_range_is_refused_naming_its_range(group, knob, value, mes
     cls = _range_tables()[group][0]
     with pytest.raises(ValueError, match=message):
         cls(**{knob: value})
-
-
-def test_readme_lists_every_knob_range():
-    from wam_gym.utils.ranges import table
-
-    tables = _range_tables()
-    expected = table({group: tables[group][1] for group in ("EVALUATION", "MULTIRUN", "SERVE")})
-    assert expected in (ROOT / "README.md").read_text(), "README's Knob ranges table is stale:\n" + expected
