@@ -5,7 +5,7 @@ observation, the world model imagines the frames that chunk leads to, and the la
 frame (and predicted state) is the next observation. ``--replay`` drives the loop with the
 dataset's own actions instead, so the imagined video can be scored against the real one.
 
-    python scripts/world_model_interaction.py --world_model outputs/demo/checkpoint \
+    python scripts/world_model_interaction.py --world_model outputs/demo/train/checkpoint \
         --dataset outputs/demo/data --replay --episode 0 --n_iter 4 --output_dir outputs/imagine
 
 Writes ``imagined.mp4`` (the start frame, then every imagined frame), with ``--replay`` also

@@ -28,7 +28,7 @@ from agents.wam.config import MoTConfig
 from agents.wam.inference_config import InferenceConfig
 from agents.wam.lora import add_lora
 from agents.wam.normalization import Normalizer
-from agents.wam.policy import STATS_FILE
+from agents.wam.wam_policy import STATS_FILE
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training import run_dir
 from training.caches import LatentCache, TextFeatures, cache_dir, fingerprint

@@ -12,7 +12,7 @@
 Each stage is the real command a user would type (printed, logged to <output>/logs/); a
 stage whose outputs exist is skipped (an evaluation only when its results.json says complete),
 so a rerun resumes. ``--quick`` shrinks everything to
-a smoke test. For a GPU run at real scale see the README ("The demo at real scale").
+a smoke test. For a GPU run at real scale see docs/train.md ("At real scale").
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class DemoConfig:
     episodes: int = 12  # expert demos per task
     # executed-action noise of the demos, recorded clean (training.collect --action-noise, DART): the
     # policy sees the way back from where it drifts. In the experiment 0.5 took button-press-topdown from
-    # 4 to 7 successes in 10; the fresh-clone demos reached 3 in 10 (BENCHMARKS.md, fourth round)
+    # 4 to 7 successes in 10; the fresh-clone demos reached 3 in 10 (BENCHMARKS.md's git history)
     action_noise: float = 0.5
     image_size: int = 48  # pixels, square, for demos, training and evaluation
     cameras: tuple[str, ...] = ("corner", "gripperPOV")  # for demos, training and evaluation (every agent: runs pair)

@@ -5,7 +5,7 @@
 
 ``--kwarg`` passes a constructor keyword (repeatable); a value that parses as JSON is passed
 parsed (``--kwarg image_size=64``, ``--kwarg 'cameras=["corner"]'``), any other as a string
-(``--kwarg checkpoint=outputs/demo/checkpoint``).
+(``--kwarg checkpoint=outputs/demo/train/checkpoint``).
 """
 
 from __future__ import annotations

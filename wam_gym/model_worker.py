@@ -189,7 +189,8 @@ class BatchFeed:
     and stacks the next as soon as the broker sends it (a worker holds up to broker.MAX_HELD), so
     under full load one call follows the other at once. Stacked after the call before it, 64
     requests of two 256x256 images left an H200 idle about 12 ms between 49 ms calls; the stand-in
-    model at that call time went from 0.66-0.77 to 0.92-0.96 of the bound (BENCHMARKS.md, seventh round).
+    model at that call time went from 0.66-0.77 to 0.92-0.96 of the bound (the broker investigation:
+    BENCHMARKS.md's git history).
 
     Whoever reads the inbox holds the lock: ``next`` when nothing was read ahead, the thread
     otherwise. The thread reads ahead only while the broker sends batches ahead (the batch running

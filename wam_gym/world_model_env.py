@@ -86,7 +86,7 @@ class WorldModelEnv(gym.Env):
             raise MissingAssetsError(
                 "wam_gym/WorldModel-v0 needs checkpoint= (a WAM checkpoint directory) and dataset= (the LeRobot "
                 "dataset its episodes start from), e.g. gymnasium.make('wam_gym/WorldModel-v0', "
-                "checkpoint='outputs/demo/checkpoint', dataset='outputs/demo/data')"
+                "checkpoint='outputs/demo/train/checkpoint', dataset='outputs/demo/data')"
             )
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")

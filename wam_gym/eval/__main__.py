@@ -1,6 +1,6 @@
 """python -m wam_gym.eval [overrides...]
 
-    python -m wam_gym.eval ckpt=outputs/demo/checkpoint 'MULTIRUN.task_sets=[metaworld_demo]' EVALUATION.num_trials=10
+    python -m wam_gym.eval ckpt=outputs/demo/train/checkpoint 'MULTIRUN.task_sets=[metaworld_demo]' EVALUATION.num_trials=10
     python -m wam_gym.eval EVALUATION.agent=expert benchmark=metaworld
     python -m wam_gym.eval --cfg job          # print the composed config
 """

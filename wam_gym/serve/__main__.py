@@ -1,6 +1,6 @@
 """python -m wam_gym.serve [overrides...]
 
-    python -m wam_gym.serve ckpt=outputs/demo/checkpoint SERVE.port=8000
+    python -m wam_gym.serve ckpt=outputs/demo/train/checkpoint SERVE.port=8000
     python -m wam_gym.serve EVALUATION.agent=python EVALUATION.policy=my_pkg.policy:make_policy 'SERVE.cameras=[agentview]'
     python -m wam_gym.serve --cfg job          # print the composed config
 """

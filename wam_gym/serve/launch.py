@@ -1,7 +1,7 @@
 """Start ``python -m wam_gym.serve`` as a child process and stop it cleanly: for scripts, benchmarks
 and tests that need a server next to them (possibly from another virtualenv's python).
 
-    with launched(["ckpt=outputs/demo/checkpoint"], log=Path("serve.log")) as server:
+    with launched(["ckpt=outputs/demo/train/checkpoint"], log=Path("serve.log")) as server:
         url = f"ws://127.0.0.1:{server.port}"
 
 Standard library only, so any venv with wam_gym installed can launch a server from another.

@@ -8,7 +8,7 @@ second spelling of "off"). Each config lists its numeric fields once:
     check_ranges(self, "EVALUATION", RANGES)   # in __post_init__
 
 ``tests/test_config_schema.py`` checks that every int/float field of a config with ``RANGES`` has one, and
-README's "Knob ranges" table is :func:`table`'s output.
+The "Knob ranges" table of docs/reference/config.md is :func:`table`'s output (scripts/gen_docs.py).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def check_ranges(config: Any, group: str, ranges: Mapping[str, Range]) -> None:
 
 
 def table(groups: Mapping[str, Mapping[str, Range]]) -> str:
-    """A Markdown table of every knob's range (README's "Knob ranges")."""
+    """A Markdown table of every knob's range (docs/reference/config.md's "Knob ranges")."""
     rows = ["| knob | range |", "| --- | --- |"]
     rows += [f"| `{group}.{name}` | {allowed.describe()} |" for group, ranges in groups.items()
              for name, allowed in ranges.items()]
