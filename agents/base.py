@@ -28,6 +28,12 @@ class Agent(ABC):
     def act_one(self, obs: Mapping[str, Any], env_index: int) -> np.ndarray:
         """Action for one env's observation; ``env_index`` is its slot in a batch (0 alone)."""
 
+    def reads_pixels(self, env_index: int = 0) -> bool:
+        """Whether the next ``act`` reads env ``env_index``'s pixels (runners render only what is read,
+        envs/contract.py ``lazy_pixels``). True unless an agent knows better: agents that never look
+        at pixels (scripted, random) and agents between replans (chunk queues) say False."""
+        return True
+
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
         n = batch_size(obs)
         if n is None:

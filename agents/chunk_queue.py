@@ -69,6 +69,10 @@ class ChunkQueueAgent(Agent):
     def act_one(self, obs: Mapping[str, Any], env_index: int) -> np.ndarray:
         return self.act(obs)
 
+    def reads_pixels(self, env_index: int = 0) -> bool:
+        """Only an env whose queue is empty sends its next observation to the model."""
+        return not self._queues.get(env_index)
+
     def _plan(self, obs: Mapping[str, Any], env_ids: list[int]) -> None:
         prediction = self.predictor.predict(obs)
         self.num_model_calls += 1

@@ -50,6 +50,8 @@ def run_episode(
     max_steps: int | None = None,
     observe: Callable[[Observation, dict[str, Any]], None] | None = None,
     after_act: Callable[[Observation, np.ndarray], None] | None = None,
+    lazy_pixels: bool = False,
+    hooks_read_pixels: Callable[[], bool] | None = None,
 ) -> Episode:
     """One episode of ``agent`` in ``env`` (a single, non-vector env), reset with ``seed``/``options``.
 
@@ -59,6 +61,11 @@ def run_episode(
     acts on it; it may raise to abandon the episode (no model call, no step is wasted).
     ``after_act(obs, action)`` gets each action with the observation it answers, before the
     env steps (an env may reuse the buffers of its observation).
+
+    ``lazy_pixels=True`` (the env was made with ``lazy_pixels=True``, envs/contract.py) renders
+    only the observations someone reads: before each step, pixels are requested when the agent
+    reads them at its next act (``Agent.reads_pixels``) or ``hooks_read_pixels()`` says a hook
+    will (a video frame, an imagination target). Outcomes are the same either way.
     """
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options=options)
@@ -71,6 +78,8 @@ def run_episode(
         action = agent.act(obs)
         if after_act is not None:
             after_act(obs, action)
+        if lazy_pixels:
+            env.unwrapped.pixels_requested = agent.reads_pixels() or (hooks_read_pixels is not None and hooks_read_pixels())
         start = time.perf_counter()
         obs, reward, terminated, truncated, info = env.step(action)
         episode.env_s += time.perf_counter() - start

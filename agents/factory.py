@@ -7,6 +7,7 @@ from gymnasium import spaces
 from agents.base import Agent
 from agents.policy import Policy
 from agents.predictor import PolicyPredictor, Predictor
+from agents.realtime import Latency
 
 AGENTS = ("wam", "python", "remote", "expert", "random")
 # Agents that execute a predictor's action chunks (ChunkQueueAgent): a WAM checkpoint, a Policy of the
@@ -24,18 +25,25 @@ def make_agent(
     policy: Policy | None = None,
     action_horizon: int | None = None,
     replan_steps: int | None = None,
+    latency: Latency | None = None,
 ) -> Agent:
     """``wam``, ``python``, ``remote``: chunks from ``predictor`` (the broker's client, a policy
     server's client) or from ``policy`` called in this process (a WAMPolicy, your own Policy);
     ``expert``: Meta-World's scripted policies; ``random``: uniform actions in ``action_space``
-    drawn from ``seed``. ``action_space`` also clips a WAM's actions when given."""
+    drawn from ``seed``. ``action_space`` also clips a WAM's actions when given. ``latency`` (chunk
+    agents, one env): the model's calls take simulated time (agents/realtime.py)."""
     if kind in CHUNK_AGENTS:
         if (predictor is None) == (policy is None):
             raise ValueError(f"the {kind} agent needs one of predictor= (a broker or remote client) or policy= "
                              "(a Policy called in this process)")
+        predictor = predictor or PolicyPredictor(policy)
+        if latency is not None:
+            from agents.realtime import RealtimeChunkAgent
+
+            return RealtimeChunkAgent(predictor, latency, action_horizon, replan_steps, action_space)
         from agents.chunk_queue import ChunkQueueAgent
 
-        return ChunkQueueAgent(predictor or PolicyPredictor(policy), action_horizon, replan_steps, action_space)
+        return ChunkQueueAgent(predictor, action_horizon, replan_steps, action_space)
     if kind == "expert":
         from agents.scripted import MetaWorldExpertAgent
 

@@ -13,6 +13,9 @@ class RandomAgent(Agent):
         self.action_space = action_space
         self.rng = np.random.default_rng(seed)
 
+    def reads_pixels(self, env_index: int = 0) -> bool:
+        return False  # draws actions without looking
+
     def act_one(self, obs, env_index: int) -> np.ndarray:
         low, high = self.action_space.low, self.action_space.high
         return self.rng.uniform(low, high).astype(self.action_space.dtype)

@@ -27,6 +27,9 @@ class MetaWorldExpertAgent(Agent):
     of envs running different tasks. Closed loop every step: nothing to replan.
     """
 
+    def reads_pixels(self, env_index: int = 0) -> bool:
+        return False  # acts on the simulator's privileged state
+
     def act_one(self, obs, env_index: int) -> np.ndarray:
         task = _TASK_OF_INSTRUCTION.get(obs[INSTRUCTION])
         if task is None:

@@ -9,6 +9,15 @@ Action: a float32 Box in the suite's native units. ``info["is_success"]`` on eve
 an episode terminates on success unless ``terminate_on_success=False`` (benchmarks count
 an episode as solved the first time it succeeds).
 
+Rendering is most of a step's cost (a 224 px camera costs ~100x the physics of a Meta-World
+step), and an agent that executes action chunks reads one observation per chunk. An env made
+with ``lazy_pixels=True`` renders its cameras only at reset and on the steps asked for: set
+``env.unwrapped.pixels_requested = True`` before the step whose observation you will read (a
+vector env: ``envs.set_attr("pixels_requested", [True, False, ...])``); each step clears it.
+Other steps' ``pixels`` are black frames, and ``info["pixels_rendered"]`` says which is which.
+Physics, rewards and success never depend on it. By default (``lazy_pixels=False``) every
+observation has its pixels.
+
 :class:`SuiteEnv` implements the contract once; a suite only supplies the simulator hooks.
 """
 
@@ -24,7 +33,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import read_from_shared_memory
 
-from envs.protocol import INSTRUCTION, IS_SUCCESS, PIXELS, PRIVILEGED_STATE, STATE
+from envs.protocol import INSTRUCTION, IS_SUCCESS, PIXELS, PIXELS_RENDERED, PRIVILEGED_STATE, STATE
 
 INSTRUCTION_MAX_LENGTH = 512
 INSTRUCTION_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
@@ -110,6 +119,7 @@ class SuiteEnv(gym.Env, ABC):
         privileged_state_dim: int | None = None,
         render_mode: str | None = None,
         terminate_on_success: bool = True,
+        lazy_pixels: bool = False,
     ):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
@@ -130,6 +140,11 @@ class SuiteEnv(gym.Env, ABC):
             obs[PRIVILEGED_STATE] = vector_space(privileged_state_dim)
         self.observation_space = spaces.Dict(obs)
         self._last_frames: dict[str, np.ndarray] | None = None
+        self.lazy_pixels = lazy_pixels  # render only at reset and when pixels_requested (see the module's doc)
+        self.pixels_requested = False  # lazy_pixels: the next step renders its cameras; every step clears it
+        # whether the step being taken renders: a simulator that renders inside its own step reads it
+        self._rendering = True
+        self._black = {c: _read_only(np.zeros((self.height, self.width, 3), np.uint8)) for c in self.cameras}
 
     # -- simulator hooks ---------------------------------------------------------------
     @abstractmethod
@@ -151,16 +166,30 @@ class SuiteEnv(gym.Env, ABC):
     def _sim_privileged_state(self) -> np.ndarray | None:
         return None
 
+    def _sim_control_hz(self) -> float:
+        """Env steps per simulated second, as the simulator sets them (its control frequency)."""
+        return float(self.metadata["render_fps"])
+
+    @property
+    def control_hz(self) -> float:
+        """Env steps per simulated second: what a real-time evaluation converts model latency with."""
+        return self._sim_control_hz()
+
     # -- gymnasium API -----------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        self._rendering, self.pixels_requested = True, False
         self._sim_reset(seed, dict(options or {}))
-        return self._observation(), {IS_SUCCESS: False}
+        info = {IS_SUCCESS: False, **({PIXELS_RENDERED: True} if self.lazy_pixels else {})}
+        return self._observation(), info
 
     def step(self, action):
         action = self._checked_action(action)
+        self._rendering, self.pixels_requested = not self.lazy_pixels or self.pixels_requested, False
         reward, success, terminated, info = self._sim_step(action)
         info[IS_SUCCESS] = bool(success)
+        if self.lazy_pixels:
+            info[PIXELS_RENDERED] = self._rendering
         terminated = terminated or (success and self.terminate_on_success)
         return self._observation(), float(reward), bool(terminated), False, info
 
@@ -185,12 +214,17 @@ class SuiteEnv(gym.Env, ABC):
         return arr
 
     def _observation(self) -> dict[str, Any]:
-        self._last_frames = self._sim_frames()
+        self._last_frames = self._sim_frames() if self._rendering else None
         obs = {
-            PIXELS: self._last_frames,
+            PIXELS: self._last_frames or self._black,
             STATE: np.asarray(self._sim_state(), dtype=np.float32),
             INSTRUCTION: self.instruction,
         }
         if PRIVILEGED_STATE in self.observation_space.spaces:
             obs[PRIVILEGED_STATE] = np.asarray(self._sim_privileged_state(), dtype=np.float32)
         return obs
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array

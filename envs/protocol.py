@@ -26,6 +26,7 @@ INSTRUCTION = "instruction"
 PRIVILEGED_STATE = "privileged_state"  # full simulator state, for scripted experts
 ACTION = "action"  # a world model's request: the action chunk (B, n, A) to imagine
 IS_SUCCESS = "is_success"  # the ``info`` key every env sets on every step
+PIXELS_RENDERED = "pixels_rendered"  # the ``info`` key of an env made with lazy_pixels=True (envs/contract.py)
 
 # -- LeRobot v3 feature names (datasets on disk, their meta/stats.json, checkpoint statistics)
 LEROBOT_STATE = "observation.state"

@@ -44,6 +44,7 @@ class Suite:
     max_steps_by_id: Mapping[str, int] = field(default_factory=dict)
     settle_steps: int = 0  # no-op steps a reset runs before the first observation (objects drop into place)
     image_orientation: str = "upright"  # how its cameras' frames are stored (every suite renders upright)
+    lazy_pixels: bool = True  # its envs take lazy_pixels=True (render only when asked; envs/contract.py)
 
     @property
     def install(self) -> str:

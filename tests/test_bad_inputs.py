@@ -234,19 +234,20 @@ def agent_chunk(actions: np.ndarray) -> Callable[[Ctx], object]:
     def trigger(ctx: Ctx):
         from gymnasium import spaces
 
+        from agents.chunk_queue import ChunkQueueAgent
         from agents.policy import Prediction
-        from agents.wam.agent import WAMAgent
+        from agents.predictor import Predictor
 
-        class Server:
+        class Server(Predictor):
             action_horizon = None
 
             def __str__(self) -> str:
                 return "the policy server at ws://127.0.0.1:8000"
 
-            def predict(self, obs):
+            def predict(self, obs, noise_seeds=None):
                 return Prediction(actions=actions)
 
-        agent = WAMAgent(Server(), action_space=spaces.Box(-1, 1, (4,), np.float32))
+        agent = ChunkQueueAgent(Server(), action_space=spaces.Box(-1, 1, (4,), np.float32))
         agent.act({"pixels": {}, "state": np.zeros((1, 4), np.float32), "instruction": ["reach"]})
 
     return trigger
@@ -314,11 +315,11 @@ def serve_config(**evaluation) -> Callable[[Ctx], object]:
     """``python -m wam_gym.serve``'s checks, run before any model worker starts."""
 
     def trigger(ctx: Ctx):
-        from wam_gym.eval.config import EvaluationConfig
+        from wam_gym.model_call import ModelCallConfig
         from wam_gym.serve.__main__ import build_server
         from wam_gym.serve.config import ServeConfig
 
-        build_server(ServeConfig(EVALUATION=EvaluationConfig(output_dir=str(ctx.tmp / "unused"), **evaluation)))
+        build_server(ServeConfig(EVALUATION=ModelCallConfig(**evaluation)))
 
     return trigger
 
@@ -638,7 +639,7 @@ def cases() -> list[Case]:
     from agents.wam.attention import AttentionBackendError
     from agents.wam.checkpoint import MissingCheckpointError
     from agents.wam.compile import CompileConfigMismatch
-    from agents.wam.policy import NonFiniteOutputError
+    from agents.wam.wam_policy import NonFiniteOutputError
     from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
     from envs.maniskill.env import VulkanUnavailableError
     from envs.rendering import GLBackendError
@@ -744,7 +745,7 @@ def cases() -> list[Case]:
              r"the policy server at ws://127\.0\.0\.1:8000 answered actions of \(3,\) per step; the env takes \(4,\): "
              r"the policy was made for another env"),
         Case("agent-chunk-empty", agent_chunk(np.zeros((1, 0, 4), f32)), ValueError,
-             r"the policy server at ws://127\.0\.0\.1:8000 answered a chunk of no actions \(\(1, 0, 4\)\); every answer "
+             r"the policy server at ws://127\.0\.0\.1:8000 answered a chunk of no actions \(\(0, 4\)\); every answer "
              r"needs at least one action"),
         Case("model-nan-output", nan_output, NonFiniteOutputError,
              r"non-finite action values \(NaN/inf\); no action was sent.*model\.encoder_mode\.\*=fp32"),
@@ -786,6 +787,14 @@ def cases() -> list[Case]:
              r"EVALUATION\.max_episode_steps must be >= 1 or null \(the suite's limit\), got 0"),
         Case("eval-zero-video-fps", call("wam_gym.eval.config:EvaluationConfig", video_fps=0), ValueError,
              r"EVALUATION\.video_fps must be >= 1, got 0"),
+        Case("eval-unknown-render", call("wam_gym.eval.config:EvaluationConfig", render="some"), ValueError,
+             r"EVALUATION\.render='some': choose one of needed, every_step"),
+        Case("eval-realtime-without-model", call("wam_gym.eval.config:EvaluationConfig", agent="expert", realtime=True),
+             ValueError, r"EVALUATION\.realtime=true runs a model's chunks while it thinks; EVALUATION\.agent=expert "
+             r"calls no model: use one of wam, python, remote, or realtime=false"),
+        Case("eval-latency-without-realtime", call("wam_gym.eval.config:EvaluationConfig", latency_ms=300.0), ValueError,
+             r"EVALUATION\.latency_ms=300\.0 sets the latency of real-time mode: add EVALUATION\.realtime=true, or "
+             r"drop it"),
         Case("eval-negative-seed", call("wam_gym.eval.config:EvaluationConfig", seed=-1), ValueError,
              r"EVALUATION\.seed must be >= 0 \(trial k uses seed \+ k\), got -1"),
         Case("eval-stall-zero", call("wam_gym.eval.config:EvaluationConfig", actor_stall_s=0), ValueError,
@@ -850,6 +859,9 @@ def cases() -> list[Case]:
              ValueError, r"EVALUATION\.agent=python needs SERVE\.cameras=\[\.\.\.\]: the cameras your policy takes"),
         Case("serve-bad-port", call("wam_gym.serve.config:ServeSettings", port=70000), ValueError,
              r"SERVE\.port must be in \[0, 65535\] \(0: any free port\), got 70000"),
+        Case("serve-episode-knob", call("wam_gym.serve.config:refuse_episode_knobs", ["EVALUATION.num_trials=5"]),
+             ValueError, r"EVALUATION\.num_trials is an evaluation knob \(episodes, outputs, actors\): python -m "
+             r"wam_gym\.serve runs no episodes and takes only the model-call knobs; drop it"),
         Case("serve-key-map-unknown", served_frame({}, {"pixels.wrist": "image"}), ValueError,
              r"SERVE\.openpi_keys maps \['pixels\.wrist'\], which name no input of the model; map any of"),
         Case("serve-obs-missing-key", served_frame({"prompt": "reach"}), ObservationError,

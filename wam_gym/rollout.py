@@ -4,6 +4,10 @@ The vector env must not autoreset (``AutoresetMode.DISABLED``): each finished sl
 here with the next episode's own seed, so episode ``k`` is the same episode whichever slot,
 worker or run it lands in. Each slot counts its episode with agents.episode.Episode, as the
 single-env runner (agents.episode.run_episode) does.
+
+With envs made with ``lazy_pixels=True`` (``envs.make_vec(id, n, lazy_pixels=True)``), pass
+``lazy_pixels=True``: before each step, each env renders only if the agent reads its next
+observation (a chunk-queue agent: when that env's queue runs dry).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ def run_episodes(
     agent: Agent,
     seeds: Sequence[int],
     on_episode: Callable[[EpisodeResult], None] | None = None,
+    lazy_pixels: bool = False,
 ) -> list[EpisodeResult]:
     """Run one episode per seed (episode index = position in ``seeds``); results in episode order."""
     _check_no_autoreset(vec_env)
@@ -83,6 +88,8 @@ def run_episodes(
     idle_action = np.zeros(vec_env.action_space.shape, vec_env.action_space.dtype)
     while any(slots):
         actions = np.where(np.array([s is not None for s in slots])[:, None], agent.act(obs), idle_action)
+        if lazy_pixels:
+            vec_env.set_attr("pixels_requested", [agent.reads_pixels(i) for i in range(n)])
         next_obs, rewards, terminated, truncated, infos = vec_env.step(actions)
         done = np.zeros(n, bool)
         for i, slot in enumerate(slots):

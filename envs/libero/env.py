@@ -90,6 +90,7 @@ class LiberoEnv(SuiteEnv):
         cameras: Sequence[str] = DEFAULT_CAMERAS,
         image_size: int | Sequence[int] = 128,
         render_mode: str | None = None,
+        lazy_pixels: bool = False,  # render only at reset and when asked (envs/contract.py)
         settle_steps: int = SETTLE_STEPS,
     ):
         if suite not in SUITES:
@@ -117,6 +118,7 @@ class LiberoEnv(SuiteEnv):
             action_space=spaces.Box(-1.0, 1.0, (7,), np.float32),
             instruction=instruction,
             render_mode=render_mode,
+            lazy_pixels=lazy_pixels,
         )
         try:
             self._camera_rig = MujocoCameras(self._sim.sim.model._model, self.cameras, self.height, self.width)
@@ -157,6 +159,9 @@ class LiberoEnv(SuiteEnv):
 
     def _sim_frames(self) -> dict[str, np.ndarray]:
         return self._camera_rig.render(self._sim.sim.data._data)
+
+    def _sim_control_hz(self) -> float:
+        return float(self._sim.env.control_freq)
 
     def _sim_state(self) -> np.ndarray:
         o = self._sim_obs

@@ -29,7 +29,7 @@ def _is_vulkan_failure(exc: BaseException) -> bool:
     return any(k in text for k in ("vk::", "vulkan", "physical device", "incompatibledriver"))
 
 
-def _make_sim(task: str, height: int, width: int):
+def _make_sim(task: str, height: int, width: int, obs_mode: str):
     """The raw ManiSkill env (no gymnasium wrappers: our TimeLimit owns truncation)."""
     import ctypes.util
 
@@ -45,7 +45,7 @@ def _make_sim(task: str, height: int, width: int):
             f"{task}-v1",
             num_envs=1,
             sim_backend="cpu",
-            obs_mode="rgb",
+            obs_mode=obs_mode,
             control_mode=CONTROL_MODE,
             sensor_configs=dict(width=width, height=height),
         )
@@ -78,6 +78,7 @@ class ManiSkillEnv(SuiteEnv):
         cameras: Sequence[str] | None = None,
         image_size: int | Sequence[int] = 128,
         render_mode: str | None = None,
+        lazy_pixels: bool = False,  # render only at reset and when asked (envs/contract.py)
     ):
         if task not in TASKS:
             raise ValueError(f"unknown ManiSkill task {task!r}; known tasks: {', '.join(TASKS)}")
@@ -85,7 +86,9 @@ class ManiSkillEnv(SuiteEnv):
 
         height, width = parse_image_size(image_size)
         self.task = task
-        self._sim = _make_sim(task, height, width)
+        # A lazy env steps in ManiSkill's state_dict mode, which renders nothing, and renders its sensors
+        # only when asked (get_sensor_images: the same frames as the rgb mode's observation).
+        self._sim = _make_sim(task, height, width, "state_dict" if lazy_pixels else "rgb")
         available = tuple(self._sim._sensors)  # the task's sensor cameras, known once the scene is built
         cameras = available if cameras is None else tuple(cameras)
         unknown = [c for c in cameras if c not in available]
@@ -102,6 +105,7 @@ class ManiSkillEnv(SuiteEnv):
             instruction=TASKS[task][0],
             privileged_state_dim=self._sim_privileged_state().shape[0],
             render_mode=render_mode,
+            lazy_pixels=lazy_pixels,
         )
 
     def _sim_reset(self, seed: int | None, options: dict[str, Any]) -> None:
@@ -115,8 +119,11 @@ class ManiSkillEnv(SuiteEnv):
         return float(_scalar(reward)), bool(_scalar(info["success"])), bool(_scalar(terminated)), extra
 
     def _sim_frames(self) -> dict[str, np.ndarray]:
-        data = self._sim_obs["sensor_data"]
+        data = self._sim.get_sensor_images() if self.lazy_pixels else self._sim_obs["sensor_data"]
         return {c: np.ascontiguousarray(_first(data[c]["rgb"])) for c in self.cameras}
+
+    def _sim_control_hz(self) -> float:
+        return float(self._sim.control_freq)
 
     def _sim_state(self) -> np.ndarray:
         agent = self._sim_obs["agent"]

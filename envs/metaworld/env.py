@@ -30,6 +30,7 @@ class MetaWorldEnv(SuiteEnv):
         cameras: Sequence[str] = ("corner", "gripperPOV"),
         image_size: int | Sequence[int] = 128,
         render_mode: str | None = None,
+        lazy_pixels: bool = False,  # render only at reset and when asked (envs/contract.py)
         terminate_on_success: bool = True,
     ):
         if task not in INSTRUCTIONS:
@@ -45,6 +46,7 @@ class MetaWorldEnv(SuiteEnv):
             instruction=INSTRUCTIONS[task],
             privileged_state_dim=39,
             render_mode=render_mode,
+            lazy_pixels=lazy_pixels,
             terminate_on_success=terminate_on_success,
         )
         from envs.rendering import MujocoCameras, select_gl_backend
@@ -89,6 +91,9 @@ class MetaWorldEnv(SuiteEnv):
 
     def _sim_frames(self) -> dict[str, np.ndarray]:
         return self._camera_rig.render(self._sim.data)
+
+    def _sim_control_hz(self) -> float:
+        return 1.0 / self._sim.dt  # MuJoCo timestep x frame_skip
 
     def _sim_state(self) -> np.ndarray:
         return self._sim_obs[:4]

@@ -87,6 +87,7 @@ class RoboCasaEnv(SuiteEnv):
         cameras: Sequence[str] = CAMERAS,
         image_size: int | Sequence[int] = 128,
         render_mode: str | None = None,
+        lazy_pixels: bool = False,  # render only at reset and when asked (envs/contract.py)
     ):
         if task not in HORIZONS:
             raise ValueError(f"unknown RoboCasa task {task!r}; known tasks: {', '.join(TASKS)}")
@@ -107,6 +108,7 @@ class RoboCasaEnv(SuiteEnv):
             action_space=spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32),
             instruction=self._sim.get_ep_meta().get("lang", ""),
             render_mode=render_mode,
+            lazy_pixels=lazy_pixels,
         )
         import robosuite.macros
 

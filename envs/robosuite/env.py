@@ -56,6 +56,7 @@ class RobosuiteEnv(SuiteEnv):
         image_size: int | Sequence[int] = 128,
         reward_shaping: bool = False,
         render_mode: str | None = None,
+        lazy_pixels: bool = False,  # render only at reset and when asked (envs/contract.py)
     ):
         if task not in INSTRUCTIONS:
             raise ValueError(f"unknown robosuite task {task!r}; known tasks: {', '.join(TASKS)}")
@@ -66,6 +67,7 @@ class RobosuiteEnv(SuiteEnv):
             action_space=spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32),
             instruction=INSTRUCTIONS[task],
             render_mode=render_mode,
+            lazy_pixels=lazy_pixels,
         )
         from envs.rendering import MujocoCameras, select_gl_backend
 
@@ -91,6 +93,9 @@ class RobosuiteEnv(SuiteEnv):
 
     def _sim_frames(self) -> dict[str, np.ndarray]:
         return self._camera_rig.render(self._sim.sim.data._data)
+
+    def _sim_control_hz(self) -> float:
+        return float(self._sim.control_freq)
 
     def _sim_state(self) -> np.ndarray:
         o = self._sim_obs

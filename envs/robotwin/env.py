@@ -128,6 +128,7 @@ class RoboTwinEnv(SuiteEnv):
         task_config: str = "demo_clean",
         instruction_type: str = "unseen",
         render_mode: str | None = None,
+        lazy_pixels: bool = False,  # render only at reset and when asked (envs/contract.py)
     ):
         if task not in TASKS:
             raise ValueError(f"unknown RoboTwin task {task!r}; known tasks: {', '.join(TASKS)}")
@@ -147,6 +148,7 @@ class RoboTwinEnv(SuiteEnv):
             action_space=self._qpos_space(*arm_dims),
             instruction="",
             render_mode=render_mode,
+            lazy_pixels=lazy_pixels,
         )
         self.task, self.instruction_type = task, instruction_type
         with _in_dir(self._root):

@@ -20,4 +20,5 @@ SUITE = Suite(
     max_episode_steps=MAX_EPISODE_STEPS,
     env_kwargs={ENV_ID: {}},
     assets="a WAM checkpoint (python -m training) and a LeRobot dataset (python -m training.collect)",
+    lazy_pixels=False,  # its frames are the model's state: every step predicts them
 )

@@ -608,3 +608,10 @@ def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
     assert protocol["EVALUATION.protocol"] == "fastwam_libero" and protocol["suites"]["libero"]["settle_steps"] == 30
     calls = len(records) * 400 // 10  # a model call every 10 executed actions
     assert broker["requests"] == calls and broker["requests"] / broker["batches"] > 1, broker
+
+
+def test_rendering_only_what_is_read_changes_nothing():
+    """Issue 41: the same seed, render-everything or render-needed, gives the same actions and outcome."""
+    from tests.render_check import assert_render_needed_is_identical
+
+    assert_render_needed_is_identical(SPATIAL, seed=0, steps=40, replan=8, task_id=0)

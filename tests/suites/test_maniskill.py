@@ -152,3 +152,10 @@ def test_env_checker(env_id):
     env = _make(env_id, image_size=64)
     check_env(env.unwrapped, skip_render_check=True)
     env.close()
+
+
+def test_rendering_only_what_is_read_changes_nothing():
+    """Issue 41: the same seed, render-everything or render-needed, gives the same actions and outcome."""
+    from tests.render_check import assert_render_needed_is_identical
+
+    assert_render_needed_is_identical(PICK, seed=0, steps=40, replan=8)

@@ -136,3 +136,10 @@ def test_software_rendering_skips_shadows(lift):
     lift.reset(seed=0)
     quality = lift.unwrapped._camera_rig.model.vis.quality
     assert quality.shadowsize == 0 and quality.offsamples == 0
+
+
+def test_rendering_only_what_is_read_changes_nothing():
+    """Issue 41: the same seed, render-everything or render-needed, gives the same actions and outcome."""
+    from tests.render_check import assert_render_needed_is_identical
+
+    assert_render_needed_is_identical(LIFT, seed=0, steps=40, replan=8)

@@ -29,6 +29,7 @@ from agents import make_agent, run_episode
 from agents.chunk_queue import ChunkQueueAgent
 from agents.factory import CHUNK_AGENTS
 from agents.predictor import Predictor
+from agents.realtime import Latency
 from envs.protocol import PIXELS
 from wam_gym.eval.imagination import ImaginationScore, ImaginationSpec
 from wam_gym.eval.run_protocol import observed_env
@@ -53,6 +54,9 @@ class ActorSpec:
     visualize_future_video: bool = False
     video_camera: str | None = None
     video_fps: int = 20
+    video_stride: int = 1  # a video frame every this many steps
+    lazy_pixels: bool = False  # envs render only what is read (EVALUATION.render=needed)
+    latency: Latency | None = None  # real-time mode's latency rule (EVALUATION.realtime); None: synchronous
     remote: RemoteSettings | None = None  # agent=remote: the policy server
     imagination: ImaginationSpec | None = None  # score the predicted frames (EVALUATION.imagination_score)
 
@@ -92,13 +96,19 @@ class _Actor:
             self.predictor = RemotePolicy(spec.remote) if spec.agent == "remote" else client
             self.predictor.on_wait = beat  # waiting for the model is no stall of ours (the broker watches the model)
             self.chunks = make_agent(spec.agent, predictor=self.predictor, action_horizon=spec.action_horizon,
-                                     replan_steps=spec.replan_steps)
+                                     replan_steps=spec.replan_steps, latency=spec.latency)
         # One agent for every episode, but a random agent is made per episode, seeded by it.
         self.agent = self.chunks or (None if spec.agent == "random" else make_agent(spec.agent))
 
     def steps(self, job: Job) -> int | None:
         """The task's step limit (None: the env's registered one)."""
         return self.spec.episode_steps.get(job.task.name, self.spec.max_episode_steps)
+
+    def _lazy(self, job: Job) -> bool:
+        """Whether this task's env renders only what is read (its suite's envs can)."""
+        from envs.registry import suite_of
+
+        return self.spec.lazy_pixels and suite_of(job.task.env_id).lazy_pixels
 
     def env(self, job: Job):
         if job.task.name not in self.envs:
@@ -107,6 +117,7 @@ class _Actor:
             # The limit goes to gymnasium's TimeLimit too: one above the registered limit would be cut short there.
             limit = self.steps(job)
             env = envs.make(job.task.env_id, **job.task.kwargs, **self.spec.env_kwargs,
+                            **({"lazy_pixels": True} if self._lazy(job) else {}),
                             **({} if limit is None else {"max_episode_steps": limit}))
             self.envs[job.task.name] = env
             self.tell(("env", self.actor_id, (job.task.name, observed_env(env))))  # for protocol.json
@@ -125,6 +136,8 @@ class _Actor:
             max_steps=self.steps(job),  # null: the suite's limit (0 is refused by the config)
             observe=self._stop_if_manager_gone if score is None else _hooks(self._stop_if_manager_gone, score.observe),
             after_act=video if score is None else _hooks(video, score.after_act),
+            lazy_pixels=self._lazy(job),
+            hooks_read_pixels=lambda: (video is not None and video.reads_pixels()) or (score is not None and score.reads_pixels()),
         )
         if self.predictor is not None:  # a policy server hears how its episode ended
             self.predictor.end_episode(episode.success)
@@ -162,6 +175,8 @@ class _Actor:
             return make_agent("random", action_space=env.action_space, seed=job.seed)
         if self.chunks is not None:
             self.chunks.action_space = env.action_space
+            if self.spec.latency is not None:  # simulated time runs at the env's control rate
+                self.chunks.control_hz = env.unwrapped.control_hz
             self.predictor.begin_episode(job.seed, job.task.name)  # a policy server's client (re)connects here
         return self.agent
 
@@ -192,6 +207,7 @@ class _VideoRecorder:
         self.frames = EpisodeVideo()
         self._calls = self._model_calls()
         self._since_plan = 0  # steps since the chunk being executed was predicted
+        self._steps = 0  # steps seen: a frame is kept every spec.video_stride of them
 
     def _model_calls(self) -> int:
         return 0 if self.agent is None else self.agent.num_model_calls
@@ -200,7 +216,13 @@ class _VideoRecorder:
         calls = self._model_calls()
         self._since_plan = 0 if calls != self._calls else self._since_plan + 1
         self._calls = calls
-        self.frames.add(self._frame(obs))
+        if self._steps % self.spec.video_stride == 0:
+            self.frames.add(self._frame(obs))
+        self._steps += 1
+
+    def reads_pixels(self) -> bool:
+        """Whether the next observation becomes a frame."""
+        return self._steps % self.spec.video_stride == 0
 
     def _frame(self, obs) -> np.ndarray:
         pixels = obs[PIXELS]

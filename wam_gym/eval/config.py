@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.factory import CHUNK_AGENTS
+from agents.realtime import Latency
 from agents.wam.inference_config import InferenceConfig
 from wam_gym.eval import protocols
 from wam_gym.model_call import MODEL_CALL_RANGES, MODEL_WORKERS_RANGES, ModelCallConfig, ModelWorkersConfig
@@ -45,11 +47,19 @@ class EvaluationConfig(ModelCallConfig):
     compare_to: str | None = None  # another run's output_dir: stop once the paired comparison with it is decided
     stop_level: float = 0.95  # confidence of both stopping rules
     max_episode_steps: int | None = None  # null: the suite's limit
+    # needed: envs render only the observations someone reads (replans, imagination targets, video frames);
+    # every_step: every observation has its pixels. Outcomes are identical (envs/contract.py lazy_pixels)
+    render: str = "needed"
+    # the env keeps stepping while a model call runs (agents/realtime.py): the rest of the previous chunk, then
+    # its last action held; the new chunk takes over when it arrives. false: the world waits for the model
+    realtime: bool = False
+    latency_ms: float | None = None  # realtime: each call takes this long in simulated time; null: its measured time
     # outputs
     output_dir: str = "evaluate_results/${benchmark}/${now:%Y%m%d-%H%M%S}"  # results, videos, tensorboard
     eval_save_video: bool = False  # an mp4 per episode
     video_camera: str | None = None  # null: all cameras side by side
     video_fps: int = 20  # of the saved mp4s
+    video_stride: int = 1  # a video frame every this many env steps (1: full rate, every step rendered)
     tensorboard: bool = True  # success and cost scalars under output_dir/tensorboard
     max_attempts: int = 3  # tries per episode when workers die or the policy server (agent=remote) is lost
     # no progress (env step, model wait) this long: actor killed, episode retried; null: off (0 is refused)
@@ -61,8 +71,20 @@ class EvaluationConfig(ModelCallConfig):
             raise ValueError(f"EVALUATION.imagination_score=true scores a WAM checkpoint's predicted frames; "
                              f"EVALUATION.agent={self.agent} predicts none it can score: set it to null or false")
         super().__post_init__()
+        if self.realtime and self.agent not in CHUNK_AGENTS:
+            raise ValueError(f"EVALUATION.realtime=true runs a model's chunks while it thinks; EVALUATION.agent="
+                             f"{self.agent} calls no model: use one of {', '.join(CHUNK_AGENTS)}, or realtime=false")
+        if self.latency_ms is not None and not self.realtime:
+            raise ValueError(f"EVALUATION.latency_ms={self.latency_ms} sets the latency of real-time mode: add "
+                             "EVALUATION.realtime=true, or drop it")
+        if self.render not in RENDER_MODES:
+            raise ValueError(f"EVALUATION.render={self.render!r}: choose one of {', '.join(RENDER_MODES)}")
         check_ranges(self, "EVALUATION", EPISODE_RANGES)
         protocols.named(self.protocol)  # a known name (what it fixes is applied by EvalConfig, which has env_kwargs)
+
+    def latency(self) -> Latency | None:
+        """Real-time mode's latency rule; None: synchronous."""
+        return Latency(self.latency_ms) if self.realtime else None
 
     def inference(self) -> InferenceConfig:
         """The model-call knobs, nested as the policy takes them (imagination_score=true decodes the frames)."""
@@ -84,6 +106,7 @@ class MultirunConfig(ModelWorkersConfig):
         check_ranges(self, "MULTIRUN", ACTOR_RANGES)
 
 
+RENDER_MODES = ("needed", "every_step")
 SECONDS = "seconds"
 EPISODE_RANGES = {  # every numeric knob EvaluationConfig adds
     "remote_timeout_s": Range(0, open_low=True, integer=False, note=SECONDS),
@@ -92,8 +115,10 @@ EPISODE_RANGES = {  # every numeric knob EvaluationConfig adds
     "stop_level": Range(0.5, 1, open_high=True, integer=False, note="e.g. 0.95"),
     "max_episode_steps": Range(1, null="the suite's limit"),
     "video_fps": Range(1),
+    "video_stride": Range(1, note="env steps per video frame"),
     "max_attempts": Range(1, note="tries per episode"),
     "actor_stall_s": Range(0, open_low=True, integer=False, note=SECONDS, null="off"),
+    "latency_ms": Range(0, integer=False, note="milliseconds of simulated time", null="each call's measured time"),
 }
 ACTOR_RANGES = {"env_num_per_worker": Range(1, note="actors per model worker")}
 # every numeric EVALUATION and MULTIRUN knob (tests/test_config_schema.py holds each field to one)

@@ -133,14 +133,24 @@ class ImaginationScore:
             return
         self._future, self._current, self._since = np.asarray(video[1:]), self.real_frame(obs), 0
 
+    def reads_pixels(self) -> bool:
+        """Whether the next observation is a frame this scorer compares with the prediction."""
+        return self._target(self._since + 1) is not None
+
     def observe(self, obs: Mapping[str, Any], info=None) -> None:
         if self._future is None:
             return
         self._since += 1
-        k, rest = divmod(self._since, self.spec.frame_stride)
-        if rest or not 1 <= k <= len(self._future):
-            return
-        self._score(self._future[k - 1], self.real_frame(obs))
+        k = self._target(self._since)
+        if k is not None:
+            self._score(self._future[k - 1], self.real_frame(obs))
+
+    def _target(self, since: int) -> int | None:
+        """Which predicted frame (1..F) the observation ``since`` steps after the replan is, if any."""
+        if self._future is None:
+            return None
+        k, rest = divmod(since, self.spec.frame_stride)
+        return k if rest == 0 and 1 <= k <= len(self._future) else None
 
     def _score(self, predicted: np.ndarray, real: np.ndarray) -> None:
         from wam_gym.utils.metrics import PSNR_CAP_DB, per_frame_psnr, per_frame_ssim

@@ -320,7 +320,8 @@ class EvalManager:
             agent=ev.agent, output_dir=str(self.output_dir), env_kwargs=self.env_kwargs,
             episode_steps=self.episode_steps, action_horizon=ev.action_horizon, replan_steps=ev.replan_steps,
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
-            video_camera=ev.video_camera, video_fps=ev.video_fps,
+            video_camera=ev.video_camera, video_fps=ev.video_fps, video_stride=ev.video_stride,
+            lazy_pixels=ev.render == "needed", latency=ev.latency(),
             remote=dataclasses.replace(RemoteSettings.from_evaluation(ev), expected_model=self.server_model)
             if ev.agent == "remote" else None,
             imagination=self.imagination,

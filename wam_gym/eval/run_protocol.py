@@ -32,6 +32,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from agents.realtime import HOLD_RULE
 from envs.protocol import PIXELS, STATE
 from envs.registry import suite_of
 from wam_gym.eval import protocols
@@ -80,11 +81,21 @@ def benchmark_protocol(config, tasks, env_kwargs: dict[str, Any]) -> dict[str, A
         "seed_rule": SEED_RULE,
         "EVALUATION.max_episode_steps": ev.max_episode_steps,
         "env_kwargs": env_kwargs,
+        "timing": timing(ev),
         "suites": suites,
         "tasks": entries,
         **protocols.record(protocols.named(ev.protocol)),  # EVALUATION.protocol and what it fixes (null: nothing)
     }
     return _as_stored(protocol)
+
+
+def timing(ev) -> dict[str, Any]:
+    """Whether the world waits for the model (synchronous) or not (EVALUATION.realtime), and how long it waits."""
+    latency = ev.latency()
+    if latency is None:
+        return {"mode": "synchronous"}
+    return {"mode": "realtime", "latency": latency.describe(), "hold": HOLD_RULE,
+            "control_rate": "each suite's simulator's (env.unwrapped.control_hz)"}
 
 
 def agent_identity(config, ckpt: Path | None, stats: Path | None) -> dict[str, Any]:

@@ -1,0 +1,91 @@
+"""Real-time mode (issue 41): the env keeps stepping while the model thinks (agents/realtime.py).
+
+Every test uses a fixed latency or a fake clock: outcomes, never wall-clock cadence.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from agents import make_agent
+from agents.chunk_queue import ChunkQueueAgent
+from agents.realtime import HOLD_RULE, Latency, RealtimeChunkAgent
+from tests.test_chunk_queue import HORIZON, CountingPredictor
+
+OBS = {"pixels": {}, "state": np.zeros(4, np.float32), "instruction": "x"}
+
+
+def schedule(agent, steps: int = 20, hz: float = 10.0) -> list[tuple[int, int]]:
+    """(which call's chunk, which of its actions) at each step."""
+    agent.control_hz = hz
+    return [tuple(int(v) for v in agent.act(OBS)[:2]) for _ in range(steps)]
+
+
+def test_no_latency_is_the_synchronous_agent():
+    assert schedule(RealtimeChunkAgent(CountingPredictor(), Latency(0), replan_steps=4)) == \
+           schedule(ChunkQueueAgent(CountingPredictor(), replan_steps=4))
+
+
+def test_the_rest_of_the_chunk_runs_while_a_call_is_in_flight_and_passed_actions_are_skipped():
+    # 200 ms at 10 Hz: 2 steps. Calls every 4 steps; each new chunk takes over 2 steps late, at its action 2.
+    agent = RealtimeChunkAgent(CountingPredictor(), Latency(200), replan_steps=4)
+    assert schedule(agent, 12) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5),  # call 1 in flight: chunk 0 goes on
+                                   (1, 2), (1, 3), (1, 4), (1, 5), (2, 2), (2, 3)]
+    assert agent.num_model_calls == 3 and agent.held_steps == 0
+
+
+def test_a_call_longer_than_the_chunk_holds_its_last_action_and_calls_wait_for_each_other():
+    # 500 ms at 10 Hz: 5 steps > replan 4: one call in flight at a time, every 5 steps; chunk 0 runs out at step 6.
+    agent = RealtimeChunkAgent(CountingPredictor(), Latency(500), replan_steps=4)
+    assert schedule(agent, 11) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (0, 5), (0, 5), (0, 5),
+                                   (1, 5), (1, 5)]
+    assert agent.held_steps == 4  # steps 6-8 repeat chunk 0's last action, step 10 chunk 1's
+    assert agent.num_model_calls == 3  # at steps 0, 4 and 9
+
+
+def test_a_measured_latency_is_the_calls_own_time(monkeypatch):
+    clock = iter([0.0, 0.0, 10.0, 10.3])  # the first call is awaited (any time); the second takes 0.3 s
+    monkeypatch.setattr("agents.realtime.time.perf_counter", lambda: next(clock))
+    agent = RealtimeChunkAgent(CountingPredictor(), Latency(), replan_steps=4)
+    assert schedule(agent, 8) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (0, 5), (1, 3)]  # 3 steps late
+
+
+def test_it_reads_pixels_only_when_it_calls_and_refuses_what_it_cannot_time():
+    agent = RealtimeChunkAgent(CountingPredictor(), Latency(200), replan_steps=4)
+    with pytest.raises(ValueError, match="control_hz"):
+        agent.act(OBS)
+    agent.control_hz = 10.0
+    reads = []
+    for _ in range(9):
+        reads.append(agent.reads_pixels())
+        agent.act(OBS)
+    assert reads == [True, False, False, False, True, False, False, False, True]
+    with pytest.raises(ValueError, match="one env"):
+        agent.act({**OBS, "state": np.zeros((2, 4), np.float32), "instruction": ["x", "x"]})
+    assert isinstance(make_agent("wam", predictor=CountingPredictor(), latency=Latency(0)), RealtimeChunkAgent)
+    assert HORIZON == 6
+
+
+def test_realtime_eval_records_its_timing_and_is_never_compared_with_a_synchronous_run(tmp_path, tiny_ckpt):
+    pytest.importorskip("metaworld")
+    from tests.test_eval import records, run, wam_config
+    from wam_gym.eval.run_protocol import check_comparable, load
+
+    sync, zero, late = tmp_path / "sync", tmp_path / "zero", tmp_path / "late"
+    run(wam_config(sync, tiny_ckpt, max_episode_steps=16, replan_steps=4))
+    run(wam_config(zero, tiny_ckpt, max_episode_steps=16, replan_steps=4, realtime=True, latency_ms=0))
+    run(wam_config(late, tiny_ckpt, max_episode_steps=16, replan_steps=4, realtime=True, latency_ms=100))
+    varying = {"wall_time_s", "model_s", "env_s"}
+    same = [{k: v for k, v in r.items() if k not in varying} for r in records(sync).values()]
+    assert same == [{k: v for k, v in r.items() if k not in varying} for r in records(zero).values()]
+    assert json.loads((late / "protocol.json").read_text())["protocol"]["timing"] == {
+        "mode": "realtime", "latency": "fixed 100 ms", "hold": HOLD_RULE, "control_rate": "each suite's simulator's (env.unwrapped.control_hz)"}
+    assert json.loads((sync / "protocol.json").read_text())["protocol"]["timing"] == {"mode": "synchronous"}
+    with pytest.raises(Exception, match="timing"):
+        check_comparable(load(sync), load(late), "sync", "late")
+    # 100 ms at Meta-World's 80 Hz is 8 steps: calls at steps 0, 4 and 12 (one in flight at a time), not every 4
+    assert [r["model_calls"] for r in records(late).values()] == [3, 3]
+    assert [r["model_calls"] for r in records(sync).values()] == [4, 4]
