@@ -21,12 +21,25 @@ from agents.policy import ModelCost, Policy, Prediction, as_prediction, denoise_
 from envs.protocol import batch_size, stack_rows
 
 
+def noise_seed(episode_seed: int, call: int, row: int = 0) -> int:
+    """The sampling-noise seed of row ``row`` of an episode's ``call``-th model call: a function of
+    the episode alone, so its noise never depends on what its requests were batched with."""
+    return (episode_seed * 1_000_003 + call * 7919) % 2**62 + row
+
+
 class Predictor(Protocol):
-    """Answers observations with action chunks, episode by episode."""
+    """Answers observations with action chunks, episode by episode.
+
+    Every predictor seeds its calls' sampling noise the same way (:meth:`call_seeds`): from the
+    episode's seed and the call's number, so an episode gets the same actions in this process,
+    through the broker or from a policy server.
+    """
 
     action_horizon: int | None  # actions per chunk; None: known only from its answers (execute each chunk whole)
     cost: ModelCost  # what this episode's calls cost, as the predictor measured them (reset by begin_episode)
     on_wait: Callable[[], None] | None  # called about once a second while an answer is awaited (None: nobody)
+    episode_seed: int = 0  # the episode's seed (begin_episode): its calls' noise derives from it
+    calls: int = 0  # model calls made this episode
 
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Prediction:
         """A batch of observations (env contract, batch axis first) -> its chunks, (B, horizon, action_dim)."""
@@ -36,9 +49,16 @@ class Predictor(Protocol):
         """One env's observation (no batch axis) -> its chunk (horizon, action_dim)."""
         return self.predict(stack_rows([obs]), None if noise_seed is None else [noise_seed]).row(0)
 
-    def begin_episode(self, seed: int, task: str) -> None:
+    def begin_episode(self, seed: int, task: str | None = None) -> None:
         """An episode starts: its seed (sampling noise derives from it) and its task's name."""
-        self.cost = ModelCost()
+        self.episode_seed, self.calls, self.cost = seed, 0, ModelCost()
+
+    def call_seeds(self, rows: int, noise_seeds: Sequence[int] | None = None) -> list[int]:
+        """One call's noise seeds, ``rows`` of them: as given, else derived from the episode and the call; counts the call."""
+        if noise_seeds is None:
+            noise_seeds = [noise_seed(self.episode_seed, self.calls, row) for row in range(rows)]
+        self.calls += 1
+        return [int(seed) for seed in noise_seeds]
 
     def end_episode(self, success: bool) -> None:
         """The episode ended (a policy server may hear how)."""
@@ -60,7 +80,9 @@ class PolicyPredictor(Predictor):
         return f"the policy {type(self.policy).__name__}"
 
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Prediction:
+        rows = batch_size(obs)
+        seeds = self.call_seeds(rows, noise_seeds)
         start = time.perf_counter()
-        prediction = as_prediction(self.policy.predict(obs, noise_seeds=noise_seeds), batch_size(obs))
+        prediction = as_prediction(self.policy.predict(obs, noise_seeds=seeds), rows)
         self.cost.add(time.perf_counter() - start, denoise_steps(self.policy))
         return prediction

@@ -32,7 +32,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import envs  # noqa: E402
 from agents import run_episode  # noqa: E402
 from agents.chunk_queue import ChunkQueueAgent  # noqa: E402
-from agents.policy import Prediction  # noqa: E402
+from agents.policy import ModelCost, Prediction  # noqa: E402
 from agents.predictor import PolicyPredictor, Predictor  # noqa: E402
 from envs.protocol import PIXELS, STATE  # noqa: E402
 
@@ -50,10 +50,12 @@ class StandIn(Predictor):
     def __init__(self, action_space, seconds: float, horizon: int = 32):
         self.low, self.high, self.seconds = action_space.low, action_space.high, seconds
         self.action_horizon, self.on_wait = horizon, None
-        self.cost = None
+        self.cost = ModelCost()
 
     def predict(self, obs, noise_seeds=None) -> Prediction:
+        start = time.perf_counter()
         time.sleep(self.seconds)
+        self.cost.add(time.perf_counter() - start, None)
         means = np.stack([np.asarray(obs[PIXELS][c], np.float64).mean(axis=(1, 2, 3)) for c in sorted(obs[PIXELS])], 1)
         phase = means.sum(1) / 255.0 + np.asarray(obs[STATE], np.float64).sum(1)
         wave = np.sin(phase[:, None, None] * (1 + np.arange(self.action_horizon))[None, :, None]
@@ -72,35 +74,20 @@ class Timing:
         return 3600.0 * self.episodes / (self.seconds if seconds is None else seconds)
 
 
-class Timed(Predictor):
-    """A predictor's calls, timed (the wall clock: the stand-in sleeps, the WAM computes)."""
-
-    def __init__(self, inner: Predictor):
-        self.inner, self.action_horizon, self.cost, self.on_wait = inner, inner.action_horizon, None, None
-        self.seconds = 0.0
-
-    def predict(self, obs, noise_seeds=None) -> Prediction:
-        start = time.perf_counter()
-        try:
-            return self.inner.predict(obs, noise_seeds)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-
 def episode(env_id: str, kwargs: dict, lazy: bool, predictor: Predictor, seed: int, steps: int, replan: int,
             image_size: int, timing: Timing) -> np.ndarray:
     """One episode; its actions (to check that both modes act alike, and to replay)."""
     env = envs.make(env_id, image_size=image_size, lazy_pixels=lazy, **kwargs)
-    timed = Timed(predictor)
-    agent = ChunkQueueAgent(timed, replan_steps=replan, action_space=env.action_space)
+    agent = ChunkQueueAgent(predictor, replan_steps=replan, action_space=env.action_space)
     actions = []
     env.reset(seed=seed)  # the first reset builds the renderer: not an evaluation's steady state
+    predictor.begin_episode(seed)  # the same noise in both modes
     start = time.perf_counter()
     result = run_episode(env, agent, seed=seed, max_steps=steps, lazy_pixels=lazy,
                          after_act=lambda obs, action: actions.append(np.array(action)))
     timing.seconds += time.perf_counter() - start
     timing.env_s += result.env_s
-    timing.model_s += timed.seconds
+    timing.model_s += predictor.cost.model_s or 0.0
     timing.episodes += 1
     env.close()
     return np.stack(actions)
@@ -143,8 +130,10 @@ def main() -> None:
             args.ckpt, InferenceConfig.from_knobs(num_inference_steps=args.inference_steps)))
 
     predictors = {env_id + str(kwargs): predictor_for(env_id, kwargs) for env_id, kwargs in tasks}
+    model = (f"the demo WAM, {args.inference_steps} denoising steps" if args.suite == "metaworld"
+             else f"a stand-in model of {args.model_ms:g} ms")
     print(f"{args.suite}: {len(tasks)} task(s) x {args.episodes} episode(s) of {steps} steps, two {args.image_size} px "
-          f"cameras, {'the demo WAM, ' + str(args.inference_steps) + ' denoising steps' if args.suite == 'metaworld' else f'a stand-in model of {args.model_ms:g} ms'}")
+          f"cameras, {model}")
     print("| replan | every step (ep/h) | needed (ep/h) | ratio | render-free bound (ep/h) | bound ratio | env-side ratio |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for replan in args.replan:

@@ -144,7 +144,6 @@ class SuiteEnv(gym.Env, ABC):
         self.pixels_requested = False  # lazy_pixels: the next step renders its cameras; every step clears it
         # whether the step being taken renders: a simulator that renders inside its own step reads it
         self._rendering = True
-        self._black = {c: _read_only(np.zeros((self.height, self.width, 3), np.uint8)) for c in self.cameras}
 
     # -- simulator hooks ---------------------------------------------------------------
     @abstractmethod
@@ -213,18 +212,17 @@ class SuiteEnv(gym.Env, ABC):
                              "(the policy that produced it diverged: check its inputs and weights)")
         return arr
 
+    def _black_frames(self) -> dict[str, np.ndarray]:
+        """A lazy step's pixels: new arrays each time (a user may keep every observation), zeros cost ~nothing."""
+        return {c: np.zeros((self.height, self.width, 3), np.uint8) for c in self.cameras}
+
     def _observation(self) -> dict[str, Any]:
         self._last_frames = self._sim_frames() if self._rendering else None
         obs = {
-            PIXELS: self._last_frames or self._black,
+            PIXELS: self._last_frames or self._black_frames(),
             STATE: np.asarray(self._sim_state(), dtype=np.float32),
             INSTRUCTION: self.instruction,
         }
         if PRIVILEGED_STATE in self.observation_space.spaces:
             obs[PRIVILEGED_STATE] = np.asarray(self._sim_privileged_state(), dtype=np.float32)
         return obs
-
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array

@@ -53,9 +53,9 @@ def config(output_dir, agent="expert", tasks=(REACH, PUSH), trials=2, ckpt=None,
     )
 
 
-def wam_config(output_dir, ckpt, tasks=(REACH,), trials=2, **evaluation) -> EvalConfig:
+def wam_config(output_dir, ckpt, tasks=(REACH,), trials=2, multirun=None, **evaluation) -> EvalConfig:
     evaluation = {"max_episode_steps": 12, "replan_steps": 4, "num_inference_steps": 2, **evaluation}
-    return config(output_dir, agent="wam", tasks=tasks, trials=trials, ckpt=ckpt, **evaluation)
+    return config(output_dir, agent="wam", tasks=tasks, trials=trials, ckpt=ckpt, multirun=multirun, **evaluation)
 
 
 def run(cfg: EvalConfig, hook=None) -> dict:

@@ -75,14 +75,16 @@ def test_realtime_eval_records_its_timing_and_is_never_compared_with_a_synchrono
     from wam_gym.eval.run_protocol import check_comparable, load
 
     sync, zero, late = tmp_path / "sync", tmp_path / "zero", tmp_path / "late"
-    run(wam_config(sync, tiny_ckpt, max_episode_steps=16, replan_steps=4))
-    run(wam_config(zero, tiny_ckpt, max_episode_steps=16, replan_steps=4, realtime=True, latency_ms=0))
+    exact = {"batch_invariant": True}  # actions to the last bit, however requests batch
+    run(wam_config(sync, tiny_ckpt, max_episode_steps=16, replan_steps=4, multirun=exact))
+    run(wam_config(zero, tiny_ckpt, max_episode_steps=16, replan_steps=4, realtime=True, latency_ms=0, multirun=exact))
     run(wam_config(late, tiny_ckpt, max_episode_steps=16, replan_steps=4, realtime=True, latency_ms=100))
     varying = {"wall_time_s", "model_s", "env_s"}
     same = [{k: v for k, v in r.items() if k not in varying} for r in records(sync).values()]
     assert same == [{k: v for k, v in r.items() if k not in varying} for r in records(zero).values()]
     assert json.loads((late / "protocol.json").read_text())["protocol"]["timing"] == {
-        "mode": "realtime", "latency": "fixed 100 ms", "hold": HOLD_RULE, "control_rate": "each suite's simulator's (env.unwrapped.control_hz)"}
+        "mode": "realtime", "latency": "fixed 100 ms", "hold": HOLD_RULE,
+        "control_rate": "each suite's simulator's (env.unwrapped.control_hz)"}
     assert json.loads((sync / "protocol.json").read_text())["protocol"]["timing"] == {"mode": "synchronous"}
     with pytest.raises(Exception, match="timing"):
         check_comparable(load(sync), load(late), "sync", "late")

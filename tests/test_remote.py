@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wam_gym.broker import noise_seed
+from agents.predictor import noise_seed
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
 from wam_gym.eval.manager import EvalError, EvalManager
 from wam_gym.remote import PolicyServerError, PolicyServerLost, RemotePolicy, RemoteSettings

@@ -70,7 +70,8 @@ def test_eval_records_imagination_and_videos_are_identical_either_way(tmp_path, 
     for render in ("every_step", "needed"):
         out = tmp_path / render
         run(wam_config(out, tiny_ckpt, trials=2, max_episode_steps=16, replan_steps=4, imagination_score=True,
-                       eval_save_video=True, video_stride=3, render=render))
+                       eval_save_video=True, video_stride=3, render=render,
+                       multirun={"batch_invariant": True}))  # actions to the last bit, however requests batch
         runs[render] = out
     every, needed = records(runs["every_step"]), records(runs["needed"])
     varying = {"wall_time_s", "model_s", "env_s"}

@@ -28,7 +28,7 @@ from vla_eval.connection import Connection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from wam_gym.broker import noise_seed
+from agents.predictor import noise_seed
 from wam_gym.serve.launch import launched, stop
 from wam_gym.wire import pack_openpi, unpack
 

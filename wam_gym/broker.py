@@ -297,12 +297,6 @@ class _InFlight:
     first: bool  # the worker's first batch since it (re)started: it may compile, so stall_first_batch_s applies
 
 
-def noise_seed(episode_seed: int, call: int, row: int = 0) -> int:
-    """The sampling-noise seed of row ``row`` of an episode's ``call``-th model call: a function of
-    the episode alone, so its noise never depends on what its requests were batched with."""
-    return (episode_seed * 1_000_003 + call * 7919) % 2**62 + row
-
-
 class BrokerClient(Predictor):
     """An actor's handle on the broker; a :class:`~agents.predictor.Predictor` for the chunk-queue agent.
 
@@ -317,7 +311,6 @@ class BrokerClient(Predictor):
     def __init__(self, actor_id: int, requests, replies, action_horizon: int):
         self.actor_id, self.requests, self.replies, self.action_horizon = actor_id, requests, replies, action_horizon
         self._ids = itertools.count()
-        self.episode_seed, self._calls = 0, 0
         self.cost = ModelCost()  # this episode's model time and denoising steps, from the workers' answers
         self.slot = ObservationSlot()  # created in the process that predicts, at its first call
         # Called about once a second while waiting for an answer: a rollout actor reports that it is
@@ -326,10 +319,6 @@ class BrokerClient(Predictor):
 
     def __str__(self) -> str:
         return "the model (served by the broker's workers)"
-
-    def begin_episode(self, seed: int, task: str | None = None) -> None:
-        self.episode_seed, self._calls = seed, 0
-        self.cost = ModelCost()
 
     def close(self) -> None:
         """Drop this process's copy of the pipes (after handing the client to another, or when done)."""
@@ -347,9 +336,7 @@ class BrokerClient(Predictor):
 
     def _ask(self, rows: list, noise_seeds) -> list:
         """One model call's rows, each a request the broker may batch with others; their answers in order."""
-        if noise_seeds is None:
-            noise_seeds = [noise_seed(self.episode_seed, self._calls, row) for row in range(len(rows))]
-        self._calls += 1
+        noise_seeds = self.call_seeds(len(rows), noise_seeds)
         ids = []
         for row, shared in enumerate(self.slot.share(rows)):
             rid = next(self._ids)

@@ -29,7 +29,6 @@ from agents.policy import ModelCost, Prediction, as_prediction
 from agents.predictor import Predictor
 from envs.protocol import INSTRUCTION, PIXELS, batch_size, take_row
 from wam_gym import __version__
-from wam_gym.broker import noise_seed
 from wam_gym.keymap import key_map, to_wire
 from wam_gym.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, Message, WireError, as_message, pack_openpi, unpack
 
@@ -74,7 +73,7 @@ class RemotePolicy(Predictor):
         self._ws = None
         self._seq = 0
         self._keys: dict[tuple[str, ...], dict[str, tuple[str, ...]]] = {}  # per camera tuple
-        self.episode_seed, self._calls, self._task, self._started = 0, 0, None, False
+        self._task, self._started = None, False
         # The server's own model time, when it reports one (openpi's server_timing.infer_ms); else None.
         self.cost = ModelCost()
 
@@ -90,8 +89,8 @@ class RemotePolicy(Predictor):
     # ----------------------------------------------------------------- episodes
     def begin_episode(self, seed: int, task: str | None = None) -> None:
         """Connect (again) if needed: a server that stays away raises PolicyServerLost."""
-        self.episode_seed, self._calls, self._task, self._started = seed, 0, task, False
-        self.cost = ModelCost()
+        super().begin_episode(seed, task)
+        self._task, self._started = task, False
         self._connect()
 
     def end_episode(self, success: bool) -> None:
@@ -120,14 +119,11 @@ class RemotePolicy(Predictor):
         return self._ask(obs, self._seeds(1, None if noise_seed is None else [noise_seed])[0])
 
     def _seeds(self, n: int, noise_seeds) -> list[int]:
-        """One call's noise seeds (connecting first if needed): as the broker does, a function of the
-        episode and the call, so a rerun gets the same noise."""
-        if noise_seeds is None:
-            noise_seeds = [noise_seed(self.episode_seed, self._calls, row) for row in range(n)]
-        self._calls += 1
+        """One call's noise seeds (Predictor.call_seeds), connecting first if needed."""
+        seeds = self.call_seeds(n, noise_seeds)
         if self._ws is None:  # used without begin_episode; a connection lost mid-episode raised already
             self._connect()
-        return [int(seed) for seed in noise_seeds]
+        return seeds
 
     def _ask(self, row: dict[str, Any], seed: int) -> Prediction:
         wire = to_wire(row, self._key_map(row))

@@ -13,8 +13,17 @@ once every ``steps_per_call = num_future_frames * frame_stride`` actions:
   repeating the last action.
 
 ``info["imagined_frames"]`` holds the frames (F, H, W * cameras, 3) of a step in which the model
-ran. There is no reward or success signal in imagination (reward 0, ``is_success`` False);
-score imagined videos against real ones with ``scripts/psnr_score.py``.
+ran; score imagined videos against real ones with ``scripts/psnr_score.py``.
+
+Where an episode starts: an episode of the LeRobot dataset at ``dataset=`` (its first frame,
+state and instruction), or, with ``start_from=ENV_ID``, the real env's reset for the same seed
+(its frames at the checkpoint's cameras and size, its state and instruction): the same episodes
+a simulator evaluation starts from. Whether it succeeds: ``success_detector=DIR``
+(``python -m training.success_detector``) judges each imagined frame; the first one it judges
+solved ends the episode (``is_success``, reward 1). Without one there is no success signal.
+``privileged_from_simulator=True`` (with ``start_from``) steps the real env alongside with the
+same actions, rendering nothing, and passes its ``privileged_state`` on: only scripted experts
+read it, and they then act on the simulator's state while the world model draws the frames.
 
 The model is loaded on the first reset (cheap construction for ``make_vec`` and the env
 checker) and shared between copies in one process; ``predictor=`` routes calls elsewhere,
@@ -35,7 +44,7 @@ from gymnasium import spaces
 
 from envs.contract import instruction_space, pixel_space, vector_space
 from envs.errors import MissingAssetsError
-from envs.protocol import ACTION, INSTRUCTION, IS_SUCCESS, LEROBOT_ACTION, PIXELS, STATE, stack_rows
+from envs.protocol import ACTION, INSTRUCTION, IS_SUCCESS, LEROBOT_ACTION, PIXELS, PRIVILEGED_STATE, STATE, stack_rows
 from wam_gym.utils.metrics import resize_video
 from wam_gym.utils.video import tile
 
@@ -81,26 +90,31 @@ class WorldModelEnv(gym.Env):
         shift: float = 5.0,
         frame_stride: int | None = None,
         render_mode: str | None = None,
+        start_from: str | None = None,
+        start_kwargs: dict[str, Any] | None = None,
+        success_detector: str | None = None,
+        privileged_from_simulator: bool = False,
     ):
-        if checkpoint is None or dataset is None:
+        if checkpoint is None or (dataset is None) == (start_from is None):
             raise MissingAssetsError(
-                "wam_gym/WorldModel-v0 needs checkpoint= (a WAM checkpoint directory) and dataset= (the LeRobot "
-                "dataset its episodes start from), e.g. gymnasium.make('wam_gym/WorldModel-v0', "
-                "checkpoint='outputs/demo/train/checkpoint', dataset='outputs/demo/data')"
+                "wam_gym/WorldModel-v0 needs checkpoint= (a WAM checkpoint directory) and one of dataset= (the "
+                "LeRobot dataset its episodes start from) or start_from= (an env id whose resets it starts from), "
+                "e.g. gymnasium.make('wam_gym/WorldModel-v0', checkpoint='outputs/demo/train/checkpoint', "
+                "dataset='outputs/demo/data')"
             )
+        if privileged_from_simulator and start_from is None:
+            raise ValueError("privileged_from_simulator=True steps the env of start_from= alongside: pass start_from")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
-        from training.data.lerobot import LeRobotDataset
 
         self.checkpoint, self.device, self.render_mode = str(checkpoint), device, render_mode
         self.model_config = cfg = _model_config(checkpoint)
-        self.data = LeRobotDataset(dataset, require_stats=False)
-        missing = [c for c in cfg.cameras if c not in self.data.cameras]
-        if missing:
-            raise ValueError(
-                f"the checkpoint's cameras {missing} are not in the dataset at {dataset}: {list(self.data.cameras)}"
-            )
-        self.episodes = list(range(self.data.num_episodes)) if episodes is None else [int(e) for e in episodes]
+        self.data = None if dataset is None else _dataset(dataset, cfg.cameras)
+        self.simulator = None if start_from is None else _simulator(start_from, cfg, start_kwargs or {})
+        self.privileged_from_simulator = privileged_from_simulator
+        self.detector = None if success_detector is None else _detector(success_detector)
+        if self.data is not None:
+            self.episodes = list(range(self.data.num_episodes)) if episodes is None else [int(e) for e in episodes]
         self.frame_stride = int(frame_stride or cfg.default_frame_stride)
         self.steps_per_call = cfg.num_future_frames * self.frame_stride
         if not 1 <= self.steps_per_call <= cfg.action_horizon:
@@ -112,12 +126,12 @@ class WorldModelEnv(gym.Env):
         self._predictor = predictor
         self.cameras = tuple(cfg.cameras)
         height, width = cfg.image_size
-        self.observation_space = spaces.Dict({
-            PIXELS: pixel_space(self.cameras, height, width),
-            STATE: vector_space(cfg.state_dim),
-            INSTRUCTION: instruction_space(),
-        })
-        self.action_space = self._action_space(cfg.action_dim)
+        observation = {PIXELS: pixel_space(self.cameras, height, width), STATE: vector_space(cfg.state_dim),
+                       INSTRUCTION: instruction_space()}
+        if privileged_from_simulator:
+            observation[PRIVILEGED_STATE] = self.simulator.observation_space[PRIVILEGED_STATE]
+        self.observation_space = spaces.Dict(observation)
+        self.action_space = self.simulator.action_space if self.simulator else self._action_space(cfg.action_dim)
         self._obs: dict[str, Any] | None = None
         self._queued: list[np.ndarray] = []
         self._warned_state = False
@@ -137,9 +151,13 @@ class WorldModelEnv(gym.Env):
 
     # ----------------------------------------------------------------- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start from ``options["episode_index"]`` (default: one of ``episodes`` drawn from ``seed``)
-        at ``options["start_frame"]`` (default 0)."""
+        """Start from the simulator's reset for ``seed`` (``start_from``), or from ``options["episode_index"]``
+        (default: one of ``episodes`` drawn from ``seed``) at ``options["start_frame"]`` (default 0)."""
         super().reset(seed=seed)
+        self._queued, self._calls, self._solved = [], 0, False
+        self._noise_base = int(self.np_random.integers(2**31))
+        if self.simulator is not None:
+            return self._reset_from_simulator(seed, options)
         options = dict(options or {})
         ep = int(options.get("episode_index", self.episodes[int(self.np_random.integers(len(self.episodes)))]))
         if not 0 <= ep < self.data.num_episodes:
@@ -154,9 +172,16 @@ class WorldModelEnv(gym.Env):
             STATE: np.asarray(table["state"][t], np.float32),
             INSTRUCTION: self.data.task_of(ep),
         }
-        self._queued, self._calls = [], 0
-        self._noise_base = int(self.np_random.integers(2**31))
         self._episode, self._frame = ep, t
+        return self._copy_obs(), self._info()
+
+    def _reset_from_simulator(self, seed: int | None, options: dict[str, Any] | None):
+        obs, _ = self.simulator.reset(seed=seed, options=options)
+        self._obs = {PIXELS: {c: obs[PIXELS][c].copy() for c in self.cameras}, STATE: np.asarray(obs[STATE], np.float32),
+                     INSTRUCTION: obs[INSTRUCTION]}
+        if self.privileged_from_simulator:
+            self._obs[PRIVILEGED_STATE] = np.asarray(obs[PRIVILEGED_STATE], np.float32)
+        self._episode, self._frame = None, 0
         return self._copy_obs(), self._info()
 
     def step(self, action):
@@ -167,12 +192,17 @@ class WorldModelEnv(gym.Env):
         for i in range(len(chunk)):
             self._queued.append(chunk[i])
             self._frame += 1
+            if self.privileged_from_simulator:  # the simulator's state, for agents that read it
+                self._obs[PRIVILEGED_STATE] = np.asarray(self.simulator.step(chunk[i])[0][PRIVILEGED_STATE], np.float32)
             if len(self._queued) == self.steps_per_call:
                 imagined.append(self._imagine(lookahead=chunk[i + 1 :]))
+        if imagined and self.detector is not None:  # the first frame judged solved ends the episode
+            frames = np.concatenate(imagined)
+            self._solved = bool((self.detector.probability(frames) > 0.5).any())
         info = self._info()
         if imagined:
             info["imagined_frames"] = np.concatenate(imagined)
-        return self._copy_obs(), 0.0, False, False, info
+        return self._copy_obs(), float(self._solved), self._solved, False, info
 
     def render(self):
         if self.render_mode != "rgb_array" or self._obs is None:
@@ -214,9 +244,41 @@ class WorldModelEnv(gym.Env):
 
     def _copy_obs(self) -> dict[str, Any]:
         obs = self._obs
-        return {PIXELS: {c: v.copy() for c, v in obs[PIXELS].items()}, STATE: obs[STATE].copy(),
+        copy = {PIXELS: {c: v.copy() for c, v in obs[PIXELS].items()}, STATE: obs[STATE].copy(),
                 INSTRUCTION: obs[INSTRUCTION]}
+        if PRIVILEGED_STATE in obs:
+            copy[PRIVILEGED_STATE] = obs[PRIVILEGED_STATE].copy()
+        return copy
 
     def _info(self) -> dict[str, Any]:
-        return {IS_SUCCESS: False, "episode_index": self._episode, "frame_index": self._frame,
+        return {IS_SUCCESS: self._solved, "episode_index": self._episode, "frame_index": self._frame,
                 "world_model_calls": self._calls}
+
+    def close(self) -> None:
+        if self.simulator is not None:
+            self.simulator.close()
+
+
+def _dataset(root: str, cameras: Sequence[str]):
+    """The LeRobot dataset episodes start from, checked to hold the checkpoint's cameras."""
+    from training.data.lerobot import LeRobotDataset
+
+    data = LeRobotDataset(root, require_stats=False)
+    missing = [c for c in cameras if c not in data.cameras]
+    if missing:
+        raise ValueError(f"the checkpoint's cameras {missing} are not in the dataset at {root}: {list(data.cameras)}")
+    return data
+
+
+def _simulator(env_id: str, cfg, kwargs: dict[str, Any]):
+    """The real env episodes start from: the checkpoint's cameras and size; only resets render."""
+    import envs
+
+    return envs.make(env_id, cameras=list(cfg.cameras), image_size=tuple(cfg.image_size), lazy_pixels=True, **kwargs)
+
+
+@functools.lru_cache(maxsize=4)
+def _detector(folder: str):
+    from training.success_detector import SuccessDetector
+
+    return SuccessDetector.load(folder)

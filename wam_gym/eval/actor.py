@@ -137,7 +137,7 @@ class _Actor:
             observe=self._stop_if_manager_gone if score is None else _hooks(self._stop_if_manager_gone, score.observe),
             after_act=video if score is None else _hooks(video, score.after_act),
             lazy_pixels=self._lazy(job),
-            hooks_read_pixels=lambda: (video is not None and video.reads_pixels()) or (score is not None and score.reads_pixels()),
+            hooks_read_pixels=lambda: any(hook.reads_pixels() for hook in (video, score) if hook is not None),
         )
         if self.predictor is not None:  # a policy server hears how its episode ended
             self.predictor.end_episode(episode.success)

@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from agents.chunk_queue import ChunkQueueAgent
-
 from envs.protocol import PIXELS
 
 logger = logging.getLogger(__name__)

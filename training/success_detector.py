@@ -1,0 +1,237 @@
+"""A success detector: frames -> "is the task solved?", learnt from the simulator's own labels.
+
+Inside a world model there is no simulator to say whether an episode succeeded; the imagined
+frames are all there is. This small CNN judges them. It learns from frames the simulator labels
+itself (``info["is_success"]`` of the step that produced each frame), rendered with the cameras
+and image size of the world model's checkpoint: the scripted expert at several action-noise
+levels and a random policy, run past their first success (``terminate_on_success=False``) so
+solved scenes are plentiful. With ``--ckpt``, every frame is first passed through the
+checkpoint's VAE (encode, decode): the detector then sees frames as the world model draws them.
+Whole episodes are held out; their accuracy is the detector's reported accuracy.
+
+    python -m training.success_detector --ckpt outputs/demo/train/checkpoint --output outputs/demo/detector \
+        --task wam_gym/MetaWorld-door-close-v3 --task wam_gym/MetaWorld-drawer-close-v3
+
+The folder holds ``detector.json`` (its config and held-out accuracy) and ``model.safetensors``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE, WEIGHTS_FILE = "detector.json", "model.safetensors"
+
+
+@dataclass
+class DetectorConfig:
+    """What the detector sees, the data it learns from, and how long it trains."""
+
+    tasks: list[str] = field(default_factory=list)  # env ids whose expert (Meta-World's scripted one) solves them
+    cameras: list[str] = field(default_factory=lambda: ["corner", "gripperPOV"])  # tiled side by side, in order
+    image_size: list[int] = field(default_factory=lambda: [48, 48])  # (height, width) of each camera
+    episodes: int = 8  # per task and behaviour
+    noise: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0])  # the expert's executed-action noise levels
+    max_steps: int = 150  # per episode (past the first success)
+    frame_every: int = 2  # keep every n-th frame
+    held_out: float = 0.25  # fraction of each task's episodes held out (whole episodes)
+    train_steps: int = 1500  # optimizer steps
+    batch_size: int = 64
+    lr: float = 1e-3
+    seed: int = 0
+
+
+class SuccessDetector(nn.Module):
+    """uint8 frames (B, H, W, 3), cameras side by side -> the logit that the task is solved."""
+
+    def __init__(self, config: DetectorConfig):
+        super().__init__()
+        self.config = config
+
+        def block(c_in: int, c_out: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.GroupNorm(8, c_out), nn.SiLU())
+
+        self.net = nn.Sequential(block(3, 32), block(32, 64), block(64, 64), block(64, 128),
+                                 nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 1))
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        x = frames.permute(0, 3, 1, 2).float() / 127.5 - 1.0
+        return self.net(x).squeeze(1)
+
+    @torch.no_grad()
+    def probability(self, frames: np.ndarray) -> np.ndarray:
+        """P(solved) of each frame (B, H, W, 3) uint8."""
+        self.eval()
+        return torch.sigmoid(self(torch.from_numpy(np.ascontiguousarray(frames)))).numpy()
+
+    def save(self, folder: str | Path, metrics: dict) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, folder / WEIGHTS_FILE)
+        (folder / CONFIG_FILE).write_text(json.dumps({"config": asdict(self.config), "metrics": metrics}, indent=1))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> SuccessDetector:
+        folder = Path(folder)
+        if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
+            raise FileNotFoundError(f"{folder} is not a success detector (no {CONFIG_FILE} and {WEIGHTS_FILE}): train "
+                                    "one with python -m training.success_detector --output DIR")
+        detector = cls(DetectorConfig(**json.loads((folder / CONFIG_FILE).read_text())["config"]))
+        detector.load_state_dict(load_file(folder / WEIGHTS_FILE))
+        return detector.eval()
+
+
+# ----------------------------------------------------------------- the labelled frames
+@dataclass
+class Frames:
+    pixels: np.ndarray  # (N, H, W * cameras, 3) uint8
+    solved: np.ndarray  # (N,) bool: the simulator's is_success for the step that produced the frame
+    episode: np.ndarray  # (N,) int: which episode (held-out splits are by episode)
+    task: np.ndarray  # (N,) int: index into config.tasks
+
+
+def collect(config: DetectorConfig) -> Frames:
+    """Every ``frame_every``-th frame of the expert (each noise level) and a random policy, per task."""
+    import envs
+    from agents import make_agent
+    from envs.protocol import IS_SUCCESS, PIXELS
+    from training.collect import NoisyActions
+
+    pixels, solved, episodes, tasks = [], [], [], []
+    episode = 0
+    behaviours = [("expert", sigma) for sigma in config.noise] + [("random", 0.0)]
+    for t, env_id in enumerate(config.tasks):
+        env = envs.make(env_id, cameras=config.cameras, image_size=tuple(config.image_size),
+                        terminate_on_success=False, max_episode_steps=config.max_steps)
+        for agent_name, sigma in behaviours:
+            stepped = NoisyActions(env, sigma) if sigma else env
+            for k in range(config.episodes):
+                seed = config.seed + 1000 * t + k
+                agent = make_agent(agent_name, action_space=env.action_space, seed=seed)
+                obs, info = stepped.reset(seed=seed)
+                for step in range(config.max_steps):
+                    if step % config.frame_every == 0:
+                        pixels.append(_tiled(obs[PIXELS], config.cameras))
+                        solved.append(bool(info.get(IS_SUCCESS, False)))
+                        episodes.append(episode)
+                        tasks.append(t)
+                    obs, _, terminated, truncated, info = stepped.step(agent.act(obs))
+                    if terminated or truncated:
+                        break
+                episode += 1
+        env.close()
+    return Frames(np.stack(pixels), np.array(solved), np.array(episodes), np.array(tasks))
+
+
+def _tiled(pixels: dict, cameras: list[str]) -> np.ndarray:
+    return np.concatenate([pixels[c] for c in cameras], axis=1)
+
+
+def as_the_world_model_draws(frames: np.ndarray, checkpoint: str | Path, batch: int = 64) -> np.ndarray:
+    """Each frame through the checkpoint's VAE (encode, decode): the blur of imagined frames."""
+    from agents.wam import load_pretrained
+
+    model = load_pretrained(checkpoint).eval()
+    out = []
+    for start in range(0, len(frames), batch):
+        x = torch.from_numpy(frames[start:start + batch]).permute(0, 3, 1, 2).float() / 127.5 - 1.0
+        video = model.decode_latents(model.encode_video(x[:, :, None]))[:, :, 0]
+        out.append(((video.permute(0, 2, 3, 1) + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8).numpy())
+    return np.concatenate(out)
+
+
+# ----------------------------------------------------------------- training
+def split(frames: Frames, held_out: float) -> tuple[np.ndarray, np.ndarray]:
+    """Row masks (train, held out): the last ``held_out`` of each task's episodes are held out."""
+    test = np.zeros(len(frames.solved), bool)
+    for t in np.unique(frames.task):
+        episodes = np.unique(frames.episode[frames.task == t])
+        kept = episodes[len(episodes) - max(1, int(round(held_out * len(episodes)))):]
+        test |= np.isin(frames.episode, kept)
+    return ~test, test
+
+
+def train(config: DetectorConfig, frames: Frames) -> tuple[SuccessDetector, dict]:
+    """Fit on the training episodes (solved and unsolved frames drawn equally often); score the held-out ones."""
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    train_rows, test_rows = split(frames, config.held_out)
+    positives = np.flatnonzero(train_rows & frames.solved)
+    negatives = np.flatnonzero(train_rows & ~frames.solved)
+    if len(positives) == 0 or len(negatives) == 0:
+        raise ValueError(f"the training frames hold {len(positives)} solved and {len(negatives)} unsolved frames: "
+                         "both are needed (more --episodes, or tasks the expert solves)")
+    detector = SuccessDetector(config)
+    optimizer = torch.optim.AdamW(detector.parameters(), lr=config.lr, weight_decay=1e-4)
+    loss_fn = nn.BCEWithLogitsLoss()
+    half = config.batch_size // 2
+    detector.train()
+    for step in range(config.train_steps):
+        rows = np.concatenate([rng.choice(positives, half), rng.choice(negatives, half)])
+        x = torch.from_numpy(_augment(frames.pixels[rows], rng))
+        y = torch.from_numpy(frames.solved[rows].astype(np.float32))
+        loss = loss_fn(detector(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 250 == 0:
+            logger.info("success detector step %d: loss %.4f", step, loss.item())
+    return detector, evaluate(detector, frames, test_rows)
+
+
+def _augment(pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Brightness jitter and pixel noise: imagined frames are neither exact nor clean."""
+    x = pixels.astype(np.float32) * rng.uniform(0.85, 1.15, (len(pixels), 1, 1, 1))
+    x += rng.normal(0.0, 6.0, x.shape)
+    return np.clip(x, 0, 255).astype(np.uint8)
+
+
+def evaluate(detector: SuccessDetector, frames: Frames, rows: np.ndarray) -> dict:
+    """Accuracy and balanced accuracy of ``rows`` (threshold 0.5)."""
+    predicted = np.concatenate([detector.probability(frames.pixels[rows][i:i + 256]) > 0.5
+                                for i in range(0, int(rows.sum()), 256)])
+    truth = frames.solved[rows]
+    recall = [float(np.mean(predicted[truth == label] == label)) for label in (True, False) if np.any(truth == label)]
+    return {"held_out_accuracy": float(np.mean(predicted == truth)), "held_out_balanced_accuracy": float(np.mean(recall)),
+            "held_out_frames": int(rows.sum()), "held_out_solved": int(truth.sum()),
+            "train_frames": int(len(truth) and (~rows).sum())}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", required=True, help="folder to write the detector to")
+    parser.add_argument("--ckpt", help="a world model checkpoint: its cameras, image size and VAE (frames as it draws them)")
+    parser.add_argument("--task", action="append", dest="tasks", required=True, help="a Meta-World env id (repeat)")
+    parser.add_argument("--episodes", type=int, default=DetectorConfig.episodes, help="per task and behaviour")
+    parser.add_argument("--train-steps", type=int, default=DetectorConfig.train_steps)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    config = DetectorConfig(tasks=args.tasks, episodes=args.episodes, train_steps=args.train_steps)
+    if args.ckpt:
+        from agents.wam.checkpoint import CONFIG_FILE as MODEL_CONFIG
+        from agents.wam.config import MoTConfig
+
+        model = MoTConfig.load(Path(args.ckpt) / MODEL_CONFIG)
+        config.cameras, config.image_size = list(model.cameras), list(model.image_size)
+    frames = collect(config)
+    logger.info("collected %d frames (%d solved)", len(frames.solved), int(frames.solved.sum()))
+    if args.ckpt:
+        frames.pixels = as_the_world_model_draws(frames.pixels, args.ckpt)
+    detector, metrics = train(config, frames)
+    detector.save(args.output, metrics)
+    print(json.dumps(metrics))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Rank policies inside the world model, and check the ranking against the simulator.
+
+    python -m wam_gym.world_model_eval --world-model outputs/demo/train/checkpoint \\
+        --detector outputs/demo/detector --output outputs/demo/world_model_eval \\
+        --policy expert --policy expert+noise=1 --policy random --policy wam=outputs/demo/train/checkpoint
+
+Each policy runs every task's trials twice, with the same seeds and step limits: in the simulator,
+and closed loop inside the world model (``wam_gym/WorldModel-v0`` started from the simulator's
+reset for that seed: the same first frames, state and instruction), where a success detector
+(``python -m training.success_detector``) judges the imagined frames. Then, across policies,
+success in the world model against success in the simulator: Pearson and Spearman correlations
+with 95% bootstrap intervals (episodes resampled within each policy and task), and the share of
+policy pairs the two rank in the same order. ``results.json``, ``scatter.png`` and a Markdown
+table go to ``--output``.
+
+Policies (``--policy``, repeat): ``expert`` (Meta-World's scripted expert: it reads the simulator's
+privileged state, which the world model takes from the simulator stepped alongside), ``random``,
+``wam=CKPT`` (a WAM checkpoint, in this process), ``python=pkg.module:factory`` (your Policy);
+``+noise=SIGMA`` adds Gaussian noise to every executed action, in both worlds alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+DEMO_TASKS = ("wam_gym/MetaWorld-door-close-v3", "wam_gym/MetaWorld-window-close-v3",
+              "wam_gym/MetaWorld-button-press-topdown-v3", "wam_gym/MetaWorld-drawer-close-v3")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One ``--policy`` argument: ``kind[=target][+noise=sigma]``."""
+
+    kind: str  # expert | random | wam | python
+    target: str | None = None  # wam: a checkpoint; python: pkg.module:factory
+    noise: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> PolicySpec:
+        head, _, noise = text.partition("+noise=")
+        kind, _, target = head.partition("=")
+        if kind not in ("expert", "random", "wam", "python") or (kind in ("wam", "python")) != bool(target):
+            raise ValueError(f"--policy {text!r}: write expert, random, wam=CKPT or python=pkg.module:factory, "
+                             "optionally followed by +noise=SIGMA")
+        try:
+            sigma = float(noise) if noise else 0.0
+        except ValueError:
+            raise ValueError(f"--policy {text!r}: +noise= takes a number (a standard deviation in action units)") from None
+        return cls(kind, target or None, sigma)
+
+    @property
+    def name(self) -> str:
+        base = self.kind if self.target is None else f"{self.kind}={Path(self.target).name}"
+        return base + (f"+noise={self.noise:g}" if self.noise else "")
+
+
+class Agents:
+    """Builds each policy's agent; WAM policies load once."""
+
+    def __init__(self, inference_steps: int, shift: float):
+        self.inference_steps, self.shift, self._policies = inference_steps, shift, {}
+
+    def make(self, spec: PolicySpec, action_space, seed: int):
+        from agents import make_agent
+
+        if spec.kind in ("expert", "random"):
+            return make_agent(spec.kind, action_space=action_space, seed=seed)
+        return make_agent("wam", policy=self._policy(spec), action_space=action_space)
+
+    def _policy(self, spec: PolicySpec):
+        if spec.target not in self._policies:
+            if spec.kind == "python":
+                from agents.policy import build_policy
+
+                self._policies[spec.target] = build_policy(spec.target, "cpu")
+            else:
+                from agents.wam import InferenceConfig, WAMPolicy
+
+                self._policies[spec.target] = WAMPolicy.from_checkpoint(
+                    spec.target, InferenceConfig.from_knobs(num_inference_steps=self.inference_steps, shift=self.shift))
+        return self._policies[spec.target]
+
+
+def run_episode_in(env, spec: PolicySpec, agents: Agents, seed: int, steps: int, lazy: bool) -> bool:
+    from agents import run_episode
+    from training.collect import NoisyActions
+
+    stepped = NoisyActions(env, spec.noise) if spec.noise else env
+    agent = agents.make(spec, env.action_space, seed)
+    return run_episode(stepped, agent, seed=seed, max_steps=steps, lazy_pixels=lazy).success
+
+
+def evaluate(specs: list[PolicySpec], tasks: list[str], trials: int, steps: int, world_model: str, detector: str,
+             inference_steps: int, shift: float, say=print) -> dict:
+    """{policy name: {"simulator": {task: [bool per trial]}, "world_model": {...}}}."""
+    import envs
+    from agents.wam.checkpoint import CONFIG_FILE
+    from agents.wam.config import MoTConfig
+    from wam_gym.world_model_env import WorldModelEnv
+
+    model = MoTConfig.load(Path(world_model) / CONFIG_FILE)
+    agents = Agents(inference_steps, shift)
+    outcomes: dict[str, dict[str, dict[str, list[bool]]]] = {}
+    for spec in specs:
+        runs = outcomes[spec.name] = {"simulator": {}, "world_model": {}}
+        for task in tasks:
+            real = envs.make(task, cameras=list(model.cameras), image_size=tuple(model.image_size), lazy_pixels=True)
+            imagined = WorldModelEnv(checkpoint=world_model, start_from=task, success_detector=detector,
+                                     privileged_from_simulator=spec.kind == "expert",
+                                     num_inference_steps=inference_steps, shift=shift)
+            seeds = range(trials)
+            runs["simulator"][task] = [run_episode_in(real, spec, agents, s, steps, lazy=True) for s in seeds]
+            runs["world_model"][task] = [run_episode_in(imagined, spec, agents, s, steps, lazy=False) for s in seeds]
+            real.close()
+            imagined.close()
+            say(f"{spec.name:32s} {task.split('/')[-1]:36s} simulator {sum(runs['simulator'][task])}/{trials}  "
+                f"world model {sum(runs['world_model'][task])}/{trials}")
+    return outcomes
+
+
+# ----------------------------------------------------------------- agreement
+def rates(outcomes: dict, world: str) -> np.ndarray:
+    """Each policy's success rate in ``world``, over all its episodes."""
+    return np.array([np.mean([s for trials in runs[world].values() for s in trials]) for runs in outcomes.values()])
+
+
+def pairwise_agreement(x: np.ndarray, y: np.ndarray) -> float:
+    """The share of policy pairs ordered alike by ``x`` and ``y`` (a tie in either counts half)."""
+    agree = []
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            a, b = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+            agree.append(0.5 if a == 0 or b == 0 else float(a == b))
+    return float(np.mean(agree))
+
+
+def agreement(outcomes: dict, resamples: int = 2000, seed: int = 0) -> dict:
+    """Correlations of world-model and simulator success across policies, with bootstrap intervals
+    (None where one side has no spread: every policy equally good there)."""
+    sim, wm = rates(outcomes, "simulator"), rates(outcomes, "world_model")
+    point = _statistics(sim, wm)
+    rng, draws = np.random.default_rng(seed), {k: [] for k in point}
+    for _ in range(resamples):
+        for key, value in _statistics(_resampled(outcomes, "simulator", rng), _resampled(outcomes, "world_model", rng)).items():
+            if value is not None:
+                draws[key].append(value)
+    return {key: {"value": point[key], "interval_95": [float(np.percentile(draws[key], q)) for q in (2.5, 97.5)]
+                  if draws[key] else None} for key in point} | {"policies": len(sim), "resamples": resamples}
+
+
+def _statistics(sim: np.ndarray, wm: np.ndarray) -> dict[str, float | None]:
+    from scipy import stats
+
+    spread = np.ptp(sim) > 0 and np.ptp(wm) > 0  # a correlation needs spread on both sides
+    return {"pearson": float(stats.pearsonr(sim, wm).statistic) if spread else None,
+            "spearman": float(stats.spearmanr(sim, wm).statistic) if spread else None,
+            "pairwise_agreement": pairwise_agreement(sim, wm)}
+
+
+def _resampled(outcomes: dict, world: str, rng: np.random.Generator) -> np.ndarray:
+    out = []
+    for runs in outcomes.values():
+        episodes = [np.asarray(trials, float) for trials in runs[world].values()]
+        out.append(np.mean(np.concatenate([rng.choice(e, len(e)) for e in episodes])))
+    return np.array(out)
+
+
+def scatter(outcomes: dict, summary: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sim, wm = rates(outcomes, "simulator"), rates(outcomes, "world_model")
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.plot([0, 1], [0, 1], color="0.8", lw=1)
+    ax.scatter(sim, wm, s=40)
+    for name, x, y in zip(outcomes, sim, wm):
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set(xlabel="success in the simulator", ylabel="success in the world model", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05),
+           title=f"Spearman {_shown(summary['spearman']['value'])}, Pearson {_shown(summary['pearson']['value'])}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _shown(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.2f}"
+
+
+def table(outcomes: dict) -> str:
+    rows = ["| policy | simulator | world model |", "|---|---:|---:|"]
+    for name, sim, wm in zip(outcomes, rates(outcomes, "simulator"), rates(outcomes, "world_model")):
+        rows.append(f"| {name} | {sim:.2f} | {wm:.2f} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world-model", required=True, help="a WAM checkpoint (its video prediction is the world)")
+    parser.add_argument("--detector", required=True, help="a success detector folder (python -m training.success_detector)")
+    parser.add_argument("--policy", action="append", required=True, help="expert | random | wam=CKPT | "
+                        "python=pkg.module:factory, optionally +noise=SIGMA (repeat; two or more)")
+    parser.add_argument("--task", action="append", dest="tasks", help="env id (repeat); default: the demo's four")
+    parser.add_argument("--trials", type=int, default=5, help="episodes per task and policy, seeds 0..n-1")
+    parser.add_argument("--steps", type=int, default=150, help="step limit of every episode, in both worlds")
+    parser.add_argument("--inference-steps", type=int, default=10, help="denoising steps of every model call")
+    parser.add_argument("--shift", type=float, default=3.0, help="flow shift of every model call (the demo's)")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    try:
+        specs = [PolicySpec.parse(p) for p in args.policy]
+    except ValueError as exc:
+        parser.error(str(exc))
+    if len({s.name for s in specs}) < 2:
+        parser.error("--policy: give two or more different policies (a correlation ranks them)")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    outcomes = evaluate(specs, args.tasks or list(DEMO_TASKS), args.trials, args.steps, args.world_model, args.detector,
+                        args.inference_steps, args.shift)
+    summary = agreement(outcomes)
+    detector = json.loads((Path(args.detector) / "detector.json").read_text())["metrics"]
+    result = {"agreement": summary, "detector": detector, "outcomes": outcomes,
+              "settings": {"trials": args.trials, "steps": args.steps, "inference_steps": args.inference_steps,
+                           "shift": args.shift, "world_model": args.world_model, "tasks": args.tasks or list(DEMO_TASKS)}}
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    scatter(outcomes, summary, out / "scatter.png")
+    print(table(outcomes))
+    for key in ("spearman", "pearson", "pairwise_agreement"):
+        interval = summary[key]["interval_95"]
+        shown = "" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+        print(f"{key}: {_shown(summary[key]['value'])}{shown}")
+    print(f"success detector, held out: accuracy {detector['held_out_accuracy']:.3f}, "
+          f"balanced {detector['held_out_balanced_accuracy']:.3f}; written to {out}")
+
+
+if __name__ == "__main__":
+    main()
