@@ -106,7 +106,7 @@ def physics_s(env_id: str, kwargs: dict, seed: int, actions: np.ndarray, image_s
     return seconds
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=sorted(SUITES), required=True)
     parser.add_argument("--ckpt", help="metaworld: the make demo checkpoint (outputs/demo/train/checkpoint)")
@@ -115,8 +115,11 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=224, help="pixels per side of each of the two cameras")
     parser.add_argument("--inference-steps", type=int, default=10, help="metaworld: denoising steps per model call")
     parser.add_argument("--model-ms", type=float, default=50.0, help="libero, robosuite: the stand-in's time per call")
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=int, help="step limit of every episode (default: the suite's row above)")
+    parser.add_argument("--tasks", type=int, help="only the first N tasks of the suite")
+    args = parser.parse_args(argv)
     tasks, steps = SUITES[args.suite]
+    tasks, steps = tasks[: args.tasks], args.steps or steps
 
     def predictor_for(env_id: str, kwargs: dict) -> Predictor:
         if args.suite != "metaworld":

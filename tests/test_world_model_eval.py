@@ -34,14 +34,15 @@ def detector_that_says(solved: bool, folder) -> str:
 def test_the_detector_learns_from_the_simulators_labels_and_reloads(tmp_path):
     config = DetectorConfig(tasks=[REACH], image_size=[SIZE, SIZE], episodes=3, noise=[0.0], max_steps=60,
                             train_steps=40, batch_size=32)
-    frames = collect(config)
+    frames, replays = collect(config)
     assert frames.solved.any() and not frames.solved.all()  # the expert reaches the goal; a reset is unsolved
     assert frames.pixels.shape[1:] == (SIZE, 2 * SIZE, 3)  # two cameras side by side
+    assert len(replays) == 3 and all(len(r.actions) == len(r.solved) == 60 for r in replays)
     detector, metrics = train(config, frames)
     assert 0 <= metrics["held_out_balanced_accuracy"] <= 1 and metrics["held_out_frames"] > 0
     loaded = SuccessDetector.load(detector.save(tmp_path / "detector", metrics))
     np.testing.assert_allclose(loaded.probability(frames.pixels[:8]), detector.probability(frames.pixels[:8]))
-    with pytest.raises(FileNotFoundError, match="python -m training.success_detector"):
+    with pytest.raises(FileNotFoundError, match="python -m wam_gym.world_model_eval --detector DIR"):
         SuccessDetector.load(tmp_path)
 
 
@@ -92,3 +93,22 @@ def test_the_command_writes_the_figure(ckpt, tmp_path, capsys):  # noqa: F811
     assert set(result["outcomes"]) == {"expert", "random"} and (out / "scatter.png").stat().st_size > 0
     assert len(result["outcomes"]["expert"]["simulator"][REACH]) == 2
     assert "| expert |" in capsys.readouterr().out
+
+
+def test_a_detector_is_trained_on_the_frames_the_world_model_imagines_for_replayed_episodes(ckpt, tmp_path):  # noqa: F811
+    from training.success_detector import SuccessDetector
+    from wam_gym.world_model_eval import imagine, train_detector
+
+    config = DetectorConfig(tasks=[REACH], image_size=[SIZE, SIZE], episodes=1, noise=[0.0], max_steps=40)
+    _, replays = collect(config)
+    frames = imagine(replays, str(ckpt), inference_steps=2, shift=3.0)
+    world = WorldModelEnv(checkpoint=str(ckpt), start_from=REACH)
+    per_call, stride = world.steps_per_call, world.frame_stride
+    calls = len(replays[0].actions) // per_call
+    assert len(frames.pixels) == 2 * calls * (per_call // stride)  # expert and random, every imagined frame
+    first = replays[0].solved[[c * per_call + k * stride - 1 for c in range(calls) for k in range(1, per_call // stride + 1)]]
+    np.testing.assert_array_equal(frames.solved[: len(first)], first)  # labelled by the step each frame shows
+    metrics = train_detector(str(ckpt), [REACH], tmp_path / "detector", 2, 3.0, episodes=1, train_steps=10, say=lambda m: None)
+    assert "imagined_held_out_balanced_accuracy" in metrics
+    assert SuccessDetector.load(tmp_path / "detector").config.image_size == [SIZE, SIZE]
+    world.close()

@@ -5,19 +5,16 @@ frames are all there is. This small CNN judges them. It learns from frames the s
 itself (``info["is_success"]`` of the step that produced each frame), rendered with the cameras
 and image size of the world model's checkpoint: the scripted expert at several action-noise
 levels and a random policy, run past their first success (``terminate_on_success=False``) so
-solved scenes are plentiful. With ``--ckpt``, every frame is first passed through the
-checkpoint's VAE (encode, decode): the detector then sees frames as the world model draws them.
-Whole episodes are held out; their accuracy is the detector's reported accuracy.
-
-    python -m training.success_detector --ckpt outputs/demo/train/checkpoint --output outputs/demo/detector \
-        --task wam_gym/MetaWorld-door-close-v3 --task wam_gym/MetaWorld-drawer-close-v3
+solved scenes are plentiful. :func:`collect` also keeps each episode's executed actions and
+labels, so the world model can replay them (``python -m wam_gym.world_model_eval`` trains the
+detector on the frames it imagines for them as well). Whole episodes are held out; their
+accuracy is the detector's reported accuracy.
 
 The folder holds ``detector.json`` (its config and held-out accuracy) and ``model.safetensors``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from dataclasses import asdict, dataclass, field
@@ -45,7 +42,7 @@ class DetectorConfig:
     max_steps: int = 150  # per episode (past the first success)
     frame_every: int = 2  # keep every n-th frame
     held_out: float = 0.25  # fraction of each task's episodes held out (whole episodes)
-    train_steps: int = 1500  # optimizer steps
+    train_steps: int = 800  # optimizer steps
     batch_size: int = 64
     lr: float = 1e-3
     seed: int = 0
@@ -86,7 +83,7 @@ class SuccessDetector(nn.Module):
         folder = Path(folder)
         if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"{folder} is not a success detector (no {CONFIG_FILE} and {WEIGHTS_FILE}): train "
-                                    "one with python -m training.success_detector --output DIR")
+                                    "one with python -m wam_gym.world_model_eval --detector DIR (it trains one where none is)")
         detector = cls(DetectorConfig(**json.loads((folder / CONFIG_FILE).read_text())["config"]))
         detector.load_state_dict(load_file(folder / WEIGHTS_FILE))
         return detector.eval()
@@ -98,40 +95,66 @@ class Frames:
     pixels: np.ndarray  # (N, H, W * cameras, 3) uint8
     solved: np.ndarray  # (N,) bool: the simulator's is_success for the step that produced the frame
     episode: np.ndarray  # (N,) int: which episode (held-out splits are by episode)
-    task: np.ndarray  # (N,) int: index into config.tasks
+    group: np.ndarray  # (N,) int: which task and behaviour (each holds out its last episodes)
+
+    @staticmethod
+    def join(parts: list[Frames]) -> Frames:
+        return Frames(*(np.concatenate([getattr(p, name) for p in parts]) for name in ("pixels", "solved", "episode",
+                                                                                      "group")))
 
 
-def collect(config: DetectorConfig) -> Frames:
-    """Every ``frame_every``-th frame of the expert (each noise level) and a random policy, per task."""
+@dataclass
+class Replay:
+    """One collected episode, to be replayed elsewhere (in a world model)."""
+
+    env_id: str
+    seed: int
+    actions: np.ndarray  # (T, A): the actions executed, noise included
+    solved: np.ndarray  # (T,) bool: is_success after each of them
+    episode: int
+    group: int
+
+
+def collect(config: DetectorConfig) -> tuple[Frames, list[Replay]]:
+    """Every ``frame_every``-th frame of the expert (each noise level) and a random policy, per task;
+    and every episode's executed actions and labels."""
     import envs
     from agents import make_agent
     from envs.protocol import IS_SUCCESS, PIXELS
-    from training.collect import NoisyActions
 
-    pixels, solved, episodes, tasks = [], [], [], []
-    episode = 0
+    pixels, solved, episodes, groups, replays = [], [], [], [], []
+    episode = group = 0
     behaviours = [("expert", sigma) for sigma in config.noise] + [("random", 0.0)]
     for t, env_id in enumerate(config.tasks):
-        env = envs.make(env_id, cameras=config.cameras, image_size=tuple(config.image_size),
+        env = envs.make(env_id, cameras=config.cameras, image_size=tuple(config.image_size), lazy_pixels=True,
                         terminate_on_success=False, max_episode_steps=config.max_steps)
+        low, high = env.action_space.low, env.action_space.high
         for agent_name, sigma in behaviours:
-            stepped = NoisyActions(env, sigma) if sigma else env
             for k in range(config.episodes):
                 seed = config.seed + 1000 * t + k
-                agent = make_agent(agent_name, action_space=env.action_space, seed=seed)
-                obs, info = stepped.reset(seed=seed)
+                agent, noise = make_agent(agent_name, action_space=env.action_space, seed=seed), np.random.default_rng(seed)
+                obs, info = env.reset(seed=seed)
+                executed, labels = [], []
                 for step in range(config.max_steps):
                     if step % config.frame_every == 0:
                         pixels.append(_tiled(obs[PIXELS], config.cameras))
                         solved.append(bool(info.get(IS_SUCCESS, False)))
                         episodes.append(episode)
-                        tasks.append(t)
-                    obs, _, terminated, truncated, info = stepped.step(agent.act(obs))
+                        groups.append(group)
+                    action = agent.act(obs)
+                    if sigma:  # executed with noise (training.collect's NoisyActions, drawn here to be recorded)
+                        action = np.clip(action + noise.normal(0.0, sigma, action.shape), low, high).astype(np.float32)
+                    env.unwrapped.pixels_requested = (step + 1) % config.frame_every == 0  # only kept frames render
+                    obs, _, terminated, truncated, info = env.step(action)
+                    executed.append(action)
+                    labels.append(bool(info.get(IS_SUCCESS, False)))
                     if terminated or truncated:
                         break
+                replays.append(Replay(env_id, seed, np.stack(executed), np.array(labels), episode, group))
                 episode += 1
+            group += 1
         env.close()
-    return Frames(np.stack(pixels), np.array(solved), np.array(episodes), np.array(tasks))
+    return Frames(np.stack(pixels), np.array(solved), np.array(episodes), np.array(groups)), replays
 
 
 def _tiled(pixels: dict, cameras: list[str]) -> np.ndarray:
@@ -153,10 +176,10 @@ def as_the_world_model_draws(frames: np.ndarray, checkpoint: str | Path, batch: 
 
 # ----------------------------------------------------------------- training
 def split(frames: Frames, held_out: float) -> tuple[np.ndarray, np.ndarray]:
-    """Row masks (train, held out): the last ``held_out`` of each task's episodes are held out."""
+    """Row masks (train, held out): the last ``held_out`` of each task's and behaviour's episodes are held out."""
     test = np.zeros(len(frames.solved), bool)
-    for t in np.unique(frames.task):
-        episodes = np.unique(frames.episode[frames.task == t])
+    for g in np.unique(frames.group):
+        episodes = np.unique(frames.episode[frames.group == g])
         kept = episodes[len(episodes) - max(1, int(round(held_out * len(episodes)))):]
         test |= np.isin(frames.episode, kept)
     return ~test, test
@@ -205,33 +228,4 @@ def evaluate(detector: SuccessDetector, frames: Frames, rows: np.ndarray) -> dic
     recall = [float(np.mean(predicted[truth == label] == label)) for label in (True, False) if np.any(truth == label)]
     return {"held_out_accuracy": float(np.mean(predicted == truth)), "held_out_balanced_accuracy": float(np.mean(recall)),
             "held_out_frames": int(rows.sum()), "held_out_solved": int(truth.sum()),
-            "train_frames": int(len(truth) and (~rows).sum())}
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", required=True, help="folder to write the detector to")
-    parser.add_argument("--ckpt", help="a world model checkpoint: its cameras, image size and VAE (frames as it draws them)")
-    parser.add_argument("--task", action="append", dest="tasks", required=True, help="a Meta-World env id (repeat)")
-    parser.add_argument("--episodes", type=int, default=DetectorConfig.episodes, help="per task and behaviour")
-    parser.add_argument("--train-steps", type=int, default=DetectorConfig.train_steps)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    config = DetectorConfig(tasks=args.tasks, episodes=args.episodes, train_steps=args.train_steps)
-    if args.ckpt:
-        from agents.wam.checkpoint import CONFIG_FILE as MODEL_CONFIG
-        from agents.wam.config import MoTConfig
-
-        model = MoTConfig.load(Path(args.ckpt) / MODEL_CONFIG)
-        config.cameras, config.image_size = list(model.cameras), list(model.image_size)
-    frames = collect(config)
-    logger.info("collected %d frames (%d solved)", len(frames.solved), int(frames.solved.sum()))
-    if args.ckpt:
-        frames.pixels = as_the_world_model_draws(frames.pixels, args.ckpt)
-    detector, metrics = train(config, frames)
-    detector.save(args.output, metrics)
-    print(json.dumps(metrics))
-
-
-if __name__ == "__main__":
-    main()
+            "train_frames": int((~rows).sum())}

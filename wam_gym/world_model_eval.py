@@ -7,7 +7,10 @@
 Each policy runs every task's trials twice, with the same seeds and step limits: in the simulator,
 and closed loop inside the world model (``wam_gym/WorldModel-v0`` started from the simulator's
 reset for that seed: the same first frames, state and instruction), where a success detector
-(``python -m training.success_detector``) judges the imagined frames. Then, across policies,
+(training/success_detector.py) judges the imagined frames. A ``--detector`` folder that holds none
+yet gets one first (:func:`train_detector`): it learns from the simulator's labelled frames, as
+the world model's VAE draws them, and from the frames the world model imagines when it replays
+the same episodes' actions. Then, across policies,
 success in the world model against success in the simulator: Pearson and Spearman correlations
 with 95% bootstrap intervals (episodes resampled within each policy and task), and the share of
 policy pairs the two rank in the same order. ``results.json``, ``scatter.png`` and a Markdown
@@ -26,10 +29,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+if TYPE_CHECKING:
+    from training.success_detector import Frames
 
 DEMO_TASKS = ("wam_gym/MetaWorld-door-close-v3", "wam_gym/MetaWorld-window-close-v3",
               "wam_gym/MetaWorld-button-press-topdown-v3", "wam_gym/MetaWorld-drawer-close-v3")
@@ -89,6 +96,60 @@ class Agents:
         return self._policies[spec.target]
 
 
+def train_detector(world_model: str, tasks: list[str], folder: Path, inference_steps: int, shift: float,
+                   episodes: int, train_steps: int = 800, say=print) -> dict:
+    """A success detector for ``world_model`` on ``tasks``, written to ``folder``; its held-out metrics."""
+    from training.success_detector import DetectorConfig, Frames, as_the_world_model_draws, collect, evaluate, split, train
+
+    model = _model_config(world_model)
+    config = DetectorConfig(tasks=list(tasks), cameras=list(model.cameras), image_size=list(model.image_size),
+                            episodes=episodes, train_steps=train_steps)
+    real, replays = collect(config)
+    say(f"success detector: {len(real.solved)} simulator frames ({int(real.solved.sum())} solved), {len(replays)} episodes")
+    real.pixels = as_the_world_model_draws(real.pixels, world_model)
+    imagined = imagine(replays, world_model, inference_steps, shift)
+    detector, metrics = train(config, Frames.join([real, imagined]))
+    held_out = split(imagined, config.held_out)[1]
+    metrics |= {f"imagined_{key}": value for key, value in evaluate(detector, imagined, held_out).items()}
+    detector.save(folder, metrics)
+    return metrics
+
+
+def imagine(replays: list, world_model: str, inference_steps: int, shift: float) -> Frames:
+    """The frames the world model imagines for each collected episode's actions, labelled by the simulator."""
+    from training.success_detector import Frames
+    from wam_gym.world_model_env import WorldModelEnv
+
+    worlds: dict[str, WorldModelEnv] = {}
+    pixels, solved, episodes, groups = [], [], [], []
+    for replay in replays:
+        if replay.env_id not in worlds:
+            worlds[replay.env_id] = WorldModelEnv(checkpoint=world_model, start_from=replay.env_id,
+                                                  num_inference_steps=inference_steps, shift=shift)
+        world = worlds[replay.env_id]
+        world.reset(seed=replay.seed)
+        for i, action in enumerate(replay.actions):
+            frames = world.step(action)[4].get("imagined_frames")
+            if frames is None:
+                continue
+            first = i + 1 - world.steps_per_call  # the step the imagination started from
+            for k, frame in enumerate(frames, start=1):  # frame k: k * frame_stride steps later
+                pixels.append(frame)
+                solved.append(bool(replay.solved[first + k * world.frame_stride - 1]))
+                episodes.append(replay.episode)
+                groups.append(replay.group)
+    for world in worlds.values():
+        world.close()
+    return Frames(np.stack(pixels), np.array(solved), np.array(episodes), np.array(groups))
+
+
+def _model_config(world_model: str):
+    from agents.wam.checkpoint import CONFIG_FILE
+    from agents.wam.config import MoTConfig
+
+    return MoTConfig.load(Path(world_model) / CONFIG_FILE)
+
+
 def run_episode_in(env, spec: PolicySpec, agents: Agents, seed: int, steps: int, lazy: bool) -> bool:
     from agents import run_episode
     from training.collect import NoisyActions
@@ -102,11 +163,9 @@ def evaluate(specs: list[PolicySpec], tasks: list[str], trials: int, steps: int,
              inference_steps: int, shift: float, say=print) -> dict:
     """{policy name: {"simulator": {task: [bool per trial]}, "world_model": {...}}}."""
     import envs
-    from agents.wam.checkpoint import CONFIG_FILE
-    from agents.wam.config import MoTConfig
     from wam_gym.world_model_env import WorldModelEnv
 
-    model = MoTConfig.load(Path(world_model) / CONFIG_FILE)
+    model = _model_config(world_model)
     agents = Agents(inference_steps, shift)
     outcomes: dict[str, dict[str, dict[str, list[bool]]]] = {}
     for spec in specs:
@@ -207,7 +266,8 @@ def table(outcomes: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-model", required=True, help="a WAM checkpoint (its video prediction is the world)")
-    parser.add_argument("--detector", required=True, help="a success detector folder (python -m training.success_detector)")
+    parser.add_argument("--detector", required=True, help="a success detector folder; trained there first if it holds none")
+    parser.add_argument("--detector-episodes", type=int, default=8, help="a new detector's episodes per task and behaviour")
     parser.add_argument("--policy", action="append", required=True, help="expert | random | wam=CKPT | "
                         "python=pkg.module:factory, optionally +noise=SIGMA (repeat; two or more)")
     parser.add_argument("--task", action="append", dest="tasks", help="env id (repeat); default: the demo's four")
@@ -225,13 +285,17 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--policy: give two or more different policies (a correlation ranks them)")
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    outcomes = evaluate(specs, args.tasks or list(DEMO_TASKS), args.trials, args.steps, args.world_model, args.detector,
+    tasks = args.tasks or list(DEMO_TASKS)
+    if not (Path(args.detector) / "detector.json").is_file():
+        train_detector(args.world_model, tasks, Path(args.detector), args.inference_steps, args.shift,
+                       args.detector_episodes)
+    outcomes = evaluate(specs, tasks, args.trials, args.steps, args.world_model, args.detector,
                         args.inference_steps, args.shift)
     summary = agreement(outcomes)
     detector = json.loads((Path(args.detector) / "detector.json").read_text())["metrics"]
     result = {"agreement": summary, "detector": detector, "outcomes": outcomes,
               "settings": {"trials": args.trials, "steps": args.steps, "inference_steps": args.inference_steps,
-                           "shift": args.shift, "world_model": args.world_model, "tasks": args.tasks or list(DEMO_TASKS)}}
+                           "shift": args.shift, "world_model": args.world_model, "tasks": tasks}}
     (out / "results.json").write_text(json.dumps(result, indent=1))
     scatter(outcomes, summary, out / "scatter.png")
     print(table(outcomes))
@@ -239,8 +303,9 @@ def main(argv: list[str] | None = None) -> None:
         interval = summary[key]["interval_95"]
         shown = "" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]"
         print(f"{key}: {_shown(summary[key]['value'])}{shown}")
-    print(f"success detector, held out: accuracy {detector['held_out_accuracy']:.3f}, "
-          f"balanced {detector['held_out_balanced_accuracy']:.3f}; written to {out}")
+    print(f"success detector, held-out episodes: balanced accuracy {detector['held_out_balanced_accuracy']:.3f} "
+          f"(on imagined frames {detector.get('imagined_held_out_balanced_accuracy', float('nan')):.3f}); "
+          f"written to {out}")
 
 
 if __name__ == "__main__":
