@@ -119,7 +119,7 @@ def no_vulkan(ctx: Ctx):
     from envs.maniskill.env import _make_sim
 
     ctx.monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
-    _make_sim("PickCube", 64, 64)
+    _make_sim("PickCube", 64, 64, "rgb")
 
 
 def no_gl_library(ctx: Ctx):

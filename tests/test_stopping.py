@@ -135,7 +135,7 @@ def test_compare_to_refuses_a_run_under_another_protocol(tmp_path):
     reference = tmp_path / "reference"
     EvalManager(config(reference, tasks=(REACH,), trials=1)).run()
     with pytest.raises(ValueError, match=r"EVALUATION.max_episode_steps is in EVALUATION.compare_to=\S+ 10, in this "
-                                         r"run 20 \(and tasks\[wam_gym/MetaWorld-reach-v3\]\.max_episode_steps\)"):
+                                         r"run 20 \(and 1 more: tasks\[wam_gym/MetaWorld-reach-v3\]\.max_episode_steps\)"):
         EvalManager(config(tmp_path / "out", tasks=(REACH,), compare_to=str(reference), max_episode_steps=20))
     with pytest.raises(ValueError, match="this run's own output_dir"):
         EvalManager(config(reference, tasks=(REACH,), compare_to=str(reference)))

@@ -37,7 +37,7 @@ def test_the_detector_learns_from_the_simulators_labels_and_reloads(tmp_path):
     frames, replays = collect(config)
     assert frames.solved.any() and not frames.solved.all()  # the expert reaches the goal; a reset is unsolved
     assert frames.pixels.shape[1:] == (SIZE, 2 * SIZE, 3)  # two cameras side by side
-    assert len(replays) == 3 and all(len(r.actions) == len(r.solved) == 60 for r in replays)
+    assert len(replays) == 6 and all(len(r.actions) == len(r.solved) == 60 for r in replays)  # expert, random
     detector, metrics = train(config, frames)
     assert 0 <= metrics["held_out_balanced_accuracy"] <= 1 and metrics["held_out_frames"] > 0
     loaded = SuccessDetector.load(detector.save(tmp_path / "detector", metrics))
@@ -108,7 +108,7 @@ def test_a_detector_is_trained_on_the_frames_the_world_model_imagines_for_replay
     assert len(frames.pixels) == 2 * calls * (per_call // stride)  # expert and random, every imagined frame
     first = replays[0].solved[[c * per_call + k * stride - 1 for c in range(calls) for k in range(1, per_call // stride + 1)]]
     np.testing.assert_array_equal(frames.solved[: len(first)], first)  # labelled by the step each frame shows
-    metrics = train_detector(str(ckpt), [REACH], tmp_path / "detector", 2, 3.0, episodes=1, train_steps=10, say=lambda m: None)
+    metrics = train_detector(str(ckpt), [REACH], tmp_path / "detector", 2, 3.0, episodes=2, train_steps=10, say=lambda m: None)
     assert "imagined_held_out_balanced_accuracy" in metrics
     assert SuccessDetector.load(tmp_path / "detector").config.image_size == [SIZE, SIZE]
     world.close()

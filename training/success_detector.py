@@ -180,7 +180,8 @@ def split(frames: Frames, held_out: float) -> tuple[np.ndarray, np.ndarray]:
     test = np.zeros(len(frames.solved), bool)
     for g in np.unique(frames.group):
         episodes = np.unique(frames.episode[frames.group == g])
-        kept = episodes[len(episodes) - max(1, int(round(held_out * len(episodes)))):]
+        held = min(len(episodes) - 1, max(1, int(round(held_out * len(episodes)))))  # one at least, never all
+        kept = episodes[len(episodes) - held:]
         test |= np.isin(frames.episode, kept)
     return ~test, test
 
@@ -194,7 +195,7 @@ def train(config: DetectorConfig, frames: Frames) -> tuple[SuccessDetector, dict
     negatives = np.flatnonzero(train_rows & ~frames.solved)
     if len(positives) == 0 or len(negatives) == 0:
         raise ValueError(f"the training frames hold {len(positives)} solved and {len(negatives)} unsolved frames: "
-                         "both are needed (more --episodes, or tasks the expert solves)")
+                         "both are needed (more episodes: --detector-episodes, or tasks the expert solves)")
     detector = SuccessDetector(config)
     optimizer = torch.optim.AdamW(detector.parameters(), lr=config.lr, weight_decay=1e-4)
     loss_fn = nn.BCEWithLogitsLoss()
@@ -222,8 +223,8 @@ def _augment(pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def evaluate(detector: SuccessDetector, frames: Frames, rows: np.ndarray) -> dict:
     """Accuracy and balanced accuracy of ``rows`` (threshold 0.5)."""
-    predicted = np.concatenate([detector.probability(frames.pixels[rows][i:i + 256]) > 0.5
-                                for i in range(0, int(rows.sum()), 256)])
+    pixels = frames.pixels[rows]
+    predicted = np.concatenate([detector.probability(pixels[i:i + 256]) > 0.5 for i in range(0, len(pixels), 256)])
     truth = frames.solved[rows]
     recall = [float(np.mean(predicted[truth == label] == label)) for label in (True, False) if np.any(truth == label)]
     return {"held_out_accuracy": float(np.mean(predicted == truth)), "held_out_balanced_accuracy": float(np.mean(recall)),
