@@ -43,9 +43,9 @@ class DetectorConfig:
     frame_every: int = 2  # keep every n-th frame
     held_out: float = 0.25  # fraction of each task's episodes held out (whole episodes)
     train_steps: int = 800  # optimizer steps
-    batch_size: int = 64
-    lr: float = 1e-3
-    seed: int = 0
+    batch_size: int = 64  # frames per step, half solved and half not
+    lr: float = 1e-3  # AdamW's learning rate
+    seed: int = 0  # of the episodes' seeds, the sampling of batches and the weights
 
 
 class SuccessDetector(nn.Module):
@@ -107,12 +107,12 @@ class Frames:
 class Replay:
     """One collected episode, to be replayed elsewhere (in a world model)."""
 
-    env_id: str
-    seed: int
+    env_id: str  # the task it ran
+    seed: int  # its reset's seed
     actions: np.ndarray  # (T, A): the actions executed, noise included
     solved: np.ndarray  # (T,) bool: is_success after each of them
-    episode: int
-    group: int
+    episode: int  # its index among the collected episodes (Frames.episode)
+    group: int  # its task and behaviour (Frames.group)
 
 
 def collect(config: DetectorConfig) -> tuple[Frames, list[Replay]]:

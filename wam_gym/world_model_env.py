@@ -97,8 +97,8 @@ class WorldModelEnv(gym.Env):
     ):
         if checkpoint is None or (dataset is None) == (start_from is None):
             raise MissingAssetsError(
-                "wam_gym/WorldModel-v0 needs checkpoint= (a WAM checkpoint directory) and one of dataset= (the "
-                "LeRobot dataset its episodes start from) or start_from= (an env id whose resets it starts from), "
+                "wam_gym/WorldModel-v0 needs checkpoint= (a WAM checkpoint directory) and dataset= (the LeRobot "
+                "dataset its episodes start from; or instead start_from=ENV_ID, an env whose resets it starts from), "
                 "e.g. gymnasium.make('wam_gym/WorldModel-v0', checkpoint='outputs/demo/train/checkpoint', "
                 "dataset='outputs/demo/data')"
             )
