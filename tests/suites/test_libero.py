@@ -593,7 +593,10 @@ def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
         command = [sys.executable, "-m", "wam_gym.eval", "benchmark=libero", "EVALUATION.agent=remote",
                    f"EVALUATION.remote_url=ws://127.0.0.1:{server.port}", "EVALUATION.protocol=fastwam_libero",
                    f"MULTIRUN.task_sets=[{','.join(FASTWAM_TASKS)}]", f"EVALUATION.num_trials={FASTWAM_TRIALS}",
-                   "MULTIRUN.env_num_per_worker=4", f"EVALUATION.output_dir={out}"]
+                   "MULTIRUN.env_num_per_worker=4", f"EVALUATION.output_dir={out}",
+                   # every step rendered keeps the 4 actors' replans in step, so the server's broker batches them
+                   # (rendering only what is read, they drift apart and each call may go alone)
+                   "EVALUATION.render=every_step"]
         ran = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500,
                              env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
         assert ran.returncode == 0, (ran.stdout + ran.stderr)[-5000:]
