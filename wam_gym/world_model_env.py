@@ -60,7 +60,8 @@ def _shared_world_model(checkpoint: str, device: str, steps: int, sampler: str, 
     return WorldModel.from_checkpoint(checkpoint, config, device=device, prompt_cache_size=8)
 
 
-def _model_config(checkpoint: str | Path):
+def model_config(checkpoint: str | Path):
+    """The MoT config of a world model checkpoint, or an error naming what writes one."""
     from agents.wam.checkpoint import CONFIG_FILE, MissingCheckpointError
     from agents.wam.config import MoTConfig
 
@@ -108,7 +109,7 @@ class WorldModelEnv(gym.Env):
             raise ValueError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
 
         self.checkpoint, self.device, self.render_mode = str(checkpoint), device, render_mode
-        self.model_config = cfg = _model_config(checkpoint)
+        self.model_config = cfg = model_config(checkpoint)
         self.data = None if dataset is None else _dataset(dataset, cfg.cameras)
         self.simulator = None if start_from is None else _simulator(start_from, cfg, start_kwargs or {})
         self.privileged_from_simulator = privileged_from_simulator

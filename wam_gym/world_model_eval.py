@@ -100,8 +100,9 @@ def train_detector(world_model: str, tasks: list[str], folder: Path, inference_s
                    episodes: int, train_steps: int = 800, say=print) -> dict:
     """A success detector for ``world_model`` on ``tasks``, written to ``folder``; its held-out metrics."""
     from training.success_detector import DetectorConfig, Frames, as_the_world_model_draws, collect, evaluate, split, train
+    from wam_gym.world_model_env import model_config
 
-    model = _model_config(world_model)
+    model = model_config(world_model)
     config = DetectorConfig(tasks=list(tasks), cameras=list(model.cameras), image_size=list(model.image_size),
                             episodes=episodes, train_steps=train_steps)
     real, replays = collect(config)
@@ -143,13 +144,6 @@ def imagine(replays: list, world_model: str, inference_steps: int, shift: float)
     return Frames(np.stack(pixels), np.array(solved), np.array(episodes), np.array(groups))
 
 
-def _model_config(world_model: str):
-    from agents.wam.checkpoint import CONFIG_FILE
-    from agents.wam.config import MoTConfig
-
-    return MoTConfig.load(Path(world_model) / CONFIG_FILE)
-
-
 def run_episode_in(env, spec: PolicySpec, agents: Agents, seed: int, steps: int, lazy: bool) -> bool:
     from agents import run_episode
     from training.collect import NoisyActions
@@ -163,9 +157,9 @@ def evaluate(specs: list[PolicySpec], tasks: list[str], trials: int, steps: int,
              inference_steps: int, shift: float, say=print) -> dict:
     """{policy name: {"simulator": {task: [bool per trial]}, "world_model": {...}}}."""
     import envs
-    from wam_gym.world_model_env import WorldModelEnv
+    from wam_gym.world_model_env import WorldModelEnv, model_config
 
-    model = _model_config(world_model)
+    model = model_config(world_model)
     agents = Agents(inference_steps, shift)
     outcomes: dict[str, dict[str, dict[str, list[bool]]]] = {}
     for spec in specs:
