@@ -1,6 +1,7 @@
 # make test  - create .venv if needed, install, run the tests (what CI runs)
 # make test-fast - the main venv's tests without those marked slow (for developers; CI runs make test)
 # make demo  - the embedded default end to end: demos, a tiny WAM trained on the CPU, evaluation, report
+# make demo-world-model - make demo, then a world model trained on failures too ranks 7 policies against the simulator
 # make docs  - regenerate docs/reference/ from the code and build the site into build/site (strict)
 VENV        ?= .venv
 EXTRAS      ?= metaworld,train,ray,dev,interop,docs
@@ -12,7 +13,7 @@ SUITE_EXTRAS_libero := ,interop
 PYTEST_ARGS ?=
 DEMO_DIR    ?= outputs/demo
 
-.PHONY: install test test-main test-fast suite-venvs test-suites demo docs list-envs bench clean
+.PHONY: install test test-main test-fast suite-venvs test-suites demo demo-world-model docs list-envs bench clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	scripts/install.sh $(VENV) $(EXTRAS)
@@ -57,6 +58,9 @@ bench: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	MUJOCO_GL=$${MUJOCO_GL:-egl} $(VENV)/bin/python -m wam_gym.demo --output $(DEMO_DIR)
+
+demo-world-model: $(VENV)/.installed
+	MUJOCO_GL=$${MUJOCO_GL:-egl} $(VENV)/bin/python -m wam_gym.demo --world-model --output $(DEMO_DIR)
 
 clean:
 	rm -rf $(VENV) .venv-* .pytest_cache

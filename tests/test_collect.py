@@ -89,8 +89,9 @@ def test_records_the_observation_before_each_action(tmp_path):
     from agents import MetaWorldExpertAgent
 
     summary = collect([REACH], 1, tmp_path / "ds", image_size=32, cameras=["corner"], seed=3, max_steps=150, log=None)
-    assert summary["envs"][REACH]["success_rate"] == 1.0 and summary["envs"][REACH]["seeds"] == [3]
-    assert summary["episodes"] == 1 and summary["frames"] == summary["envs"][REACH]["frames"]
+    [run] = summary["runs"]
+    assert (run["env"], run["agent"], run["success_rate"], run["seeds"]) == (REACH, "expert", 1.0, [3])
+    assert summary["episodes"] == 1 and summary["frames"] == run["frames"]
 
     envs.register_envs()
     env = gymnasium.make(REACH, image_size=32, cameras=("corner",))
@@ -112,7 +113,7 @@ def test_records_the_observation_before_each_action(tmp_path):
 def test_only_success_drops_failures(tmp_path):
     # 45 steps is too short for some reach episodes: those are dropped and new seeds tried
     summary = collect([REACH], 2, tmp_path / "ds", image_size=32, cameras=["corner"], only_success=True, max_steps=45, log=None)
-    s = summary["envs"][REACH]
+    [s] = summary["runs"]
     assert s["successes"] == s["episodes"] <= 2
     assert s["dropped"] >= 1  # seed 0 needs more than 45 steps (a seed fixes the episode exactly)
     assert s["dropped"] == s["attempts"] - s["episodes"] and s["attempts"] <= 6
@@ -158,6 +159,52 @@ def test_action_noise_steps_with_noise_and_records_the_clean_action(tmp_path):
     assert not np.allclose(obs["state"], clean_obs["state"], atol=1e-4)  # ...but the env stepped off the expert's path
     noisy.close()
     clean.close()
+
+
+@needs_metaworld
+def test_several_behaviours_share_seeds_and_a_noisy_one_records_what_it_executed(tmp_path):
+    """A world model's data: each behaviour meets the same scenes, and a noisy behaviour's recorded
+    actions are the ones world_model_eval's --policy expert+noise=SIGMA executes at that seed."""
+    import gymnasium
+
+    import envs
+    from agents import MetaWorldExpertAgent
+    from training.collect import NoisyActions
+
+    agents = ["expert", "expert+noise=1", "random"]
+    summary = collect([REACH], 2, tmp_path / "ds", agent=agents, image_size=32, cameras=["corner"], seed=7, max_steps=20,
+                      log=None)
+    assert [(r["agent"], r["seeds"]) for r in summary["runs"]] == [(a, [7, 8]) for a in agents]
+    ds = LeRobotDataset(tmp_path / "ds")
+    assert ds.num_episodes == summary["episodes"] == 6 and (ds.episode_lengths == 20).all()
+
+    envs.register_envs()
+    expert, noisy = MetaWorldExpertAgent(), NoisyActions(gymnasium.make(REACH, image_size=32, cameras=("corner",)), 1.0)
+    obs, _ = noisy.reset(seed=8)
+    table = ds.episode_table(3)  # expert+noise=1, seed 8
+    for t in range(5):
+        np.testing.assert_array_equal(table["state"][t], obs["state"])
+        executed = noisy.action(expert.act(obs))
+        np.testing.assert_array_equal(table["action"][t], executed)  # recorded as executed
+        obs, *_ = noisy.env.step(executed)
+    assert not np.allclose(table["action"][:5], ds.episode_table(1)["action"][:5])  # the clean expert, seed 8
+    noisy.close()
+
+
+@pytest.mark.parametrize("agent, message", [
+    ("expert+noise=x", "+noise= takes a number"),
+    ("random+noise=-1", "+noise= must be >= 0"),
+    ("expret", "unknown agent 'expret'"),
+])
+def test_a_bad_agent_is_refused_before_any_simulation(tmp_path, capsys, agent, message):
+    rc = main(["--env", REACH, "--episodes", "1", "--output", str(tmp_path / "ds"), "--agent", agent])
+    assert rc == 1 and message in capsys.readouterr().err
+    assert not (tmp_path / "ds").exists()
+
+
+def test_both_kinds_of_noise_together_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="choose one"):
+        collect([REACH], 1, tmp_path / "ds", agent=["expert+noise=1"], action_noise=0.5)
 
 
 def test_negative_action_noise_is_refused(tmp_path, capsys):

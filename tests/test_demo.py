@@ -49,6 +49,21 @@ def test_quick_demo_produces_every_artifact(tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done already") == 7
 
+    # --world-model: the demo's stages are found done, then a world model trained on several behaviours ranks policies
+    world = subprocess.run([sys.executable, "-m", "wam_gym.demo", "--quick", "--world-model", "--output", str(out)],
+                           capture_output=True, text=True, timeout=900)
+    assert world.returncode == 0, world.stdout[-3000:] + world.stderr[-3000:]
+    assert world.stdout.count("done already") == 7
+    assert "--agent expert --agent random" in world.stdout and "--max-steps 12" in world.stdout
+    wm = out / "world_model"
+    trained = json.loads((wm / "train" / "train_config.json").read_text())
+    assert trained["world_model_prob"] == 1.0 and trained["model"]["action_expert"]["predict_state"] is True
+    assert trained["dataset"]["root"] == str(wm / "data") and trained["model"]["vae_path"] == str(out / "vae")
+    result = json.loads((wm / "eval" / "results.json").read_text())
+    assert sorted(result["outcomes"]) == ["expert", "random", "wam=checkpoint"]
+    assert result["settings"]["steps"] == 12 and (wm / "eval" / "scatter.png").is_file()
+    assert "spearman" in (wm / "eval" / "summary.md").read_text() and "spearman" in world.stdout
+
 
 def test_a_stage_shows_its_newest_progress_line_and_keeps_the_whole_log(tmp_path, capsys):
     from wam_gym.demo import Progress, _follow

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,6 +94,7 @@ def test_the_command_writes_the_figure(ckpt, tmp_path, capsys):  # noqa: F811
     assert set(result["outcomes"]) == {"expert", "random"} and (out / "scatter.png").stat().st_size > 0
     assert len(result["outcomes"]["expert"]["simulator"][REACH]) == 2
     assert "| expert |" in capsys.readouterr().out
+    assert "| expert |" in (out / "summary.md").read_text()  # what was printed, kept
 
 
 def test_a_detector_is_trained_on_the_frames_the_world_model_imagines_for_replayed_episodes(ckpt, tmp_path):  # noqa: F811
@@ -112,3 +114,23 @@ def test_a_detector_is_trained_on_the_frames_the_world_model_imagines_for_replay
     assert "imagined_held_out_balanced_accuracy" in metrics
     assert SuccessDetector.load(tmp_path / "detector").config.image_size == [SIZE, SIZE]
     world.close()
+
+
+def test_the_imagination_bound_scores_the_vae_round_trip_of_the_true_future_against_copying(ckpt):  # noqa: F811
+    import runpy
+
+    from training.success_detector import as_the_world_model_draws
+    from wam_gym.utils.metrics import per_frame_ssim
+    from wam_gym.world_model_env import model_config
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "imagination_bound.py"))
+    cameras = tuple(model_config(ckpt).cameras)
+    frames = script["expert_frames"](REACH, 1000, cameras, (SIZE, SIZE), 20)
+    assert frames.shape == (20, SIZE, len(cameras) * SIZE, 3)  # the reset and 19 steps before the limit, cameras side by side
+    result = script["bound"](str(ckpt), [REACH], seeds=1, steps=20)
+    stride = result["frame_stride"]
+    first = result["offsets"][1]
+    assert first["frames"] == 20 - stride
+    drawn = as_the_world_model_draws(frames, ckpt)
+    assert first["vae_ssim"] == pytest.approx(per_frame_ssim(drawn[stride:], frames[stride:]).mean(), abs=1e-6)
+    assert first["copy_ssim"] == pytest.approx(per_frame_ssim(frames[:-stride], frames[stride:]).mean(), abs=1e-6)

@@ -1,16 +1,24 @@
 """Collect demonstrations into a LeRobot v3.0 dataset.
 
     python -m training.collect --env wam_gym/MetaWorld-reach-v3 [--env ...] --episodes 20 \\
-        --agent expert|random --output DIR [--image-size 64] [--cameras corner gripperPOV] \\
-        [--seed 0] [--only-success] [--max-steps N] [--action-noise 0.3] [--overwrite]
+        --agent expert|random[+noise=SIGMA] [--agent ...] --output DIR [--image-size 64] \\
+        [--cameras corner gripperPOV] [--seed 0] [--only-success] [--max-steps N] [--action-noise 0.3] [--overwrite]
     python -m training.collect --stats-only DIR      # recompute DIR/meta/stats.json
 
 Every step is recorded: the observation before the action, the action taken, the
-instruction as the task. Each env runs episodes with seeds ``seed, seed + 1, ...``;
+instruction as the task. Each env runs episodes with seeds ``seed, seed + 1, ...``, once per
+``--agent`` (the same seeds for each, so the same scenes meet every behaviour);
 ``--only-success`` keeps successful episodes only, trying new seeds up to 3x the count.
-``--action-noise SIGMA`` executes the agent's action plus Gaussian noise but records the
-clean action (DART, Laskey et al. 2017): the demos visit the states a slightly-off policy
-reaches and show the way back, and the frames show the world answering varied actions.
+
+Two kinds of noise, for two uses:
+
+- ``--action-noise SIGMA`` executes the agent's action plus Gaussian noise but records the
+  clean action (DART, Laskey et al. 2017): the demos visit the states a slightly-off policy
+  reaches and show the way back, and the frames show the world answering varied actions.
+- ``--agent expert+noise=SIGMA`` is a noisier behaviour: the noise is part of its actions and
+  recorded with them. A world model learns what actions lead to, failures included, from a
+  dataset of several such behaviours (``--agent expert --agent expert+noise=3 --agent random``).
+  It draws the noise ``wam_gym.world_model_eval``'s ``--policy expert+noise=SIGMA`` draws.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from agents import check_agent_fits_env, make_agent, run_episode
+from agents import Agent, check_agent_fits_env, make_agent, run_episode
 from envs.contract import parse_image_size
 from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
 from envs.protocol import INSTRUCTION, PIXELS, STATE
@@ -51,11 +59,29 @@ def _env_kwargs(image_size: tuple[int, int], cameras: Sequence[str] | None, max_
     return kwargs
 
 
+def split_noise(text: str) -> tuple[str, float]:
+    """``"name+noise=SIGMA"`` -> ``("name", SIGMA)``; ``"name"`` -> ``("name", 0.0)``."""
+    head, _, noise = text.partition("+noise=")
+    try:
+        sigma = float(noise) if noise else 0.0
+    except ValueError:
+        raise ValueError(f"{text!r}: +noise= takes a number (a standard deviation in action units)") from None
+    if not sigma >= 0:
+        raise ValueError(f"{text!r}: +noise= must be >= 0 (a standard deviation in action units)")
+    return head, sigma
+
+
+def perturbed(action: np.ndarray, rng: np.random.Generator, sigma: float, space: gymnasium.spaces.Box) -> np.ndarray:
+    """``action + N(0, sigma^2)``, clipped to ``space``: the one noise rule of noisy behaviours."""
+    noisy = action + rng.normal(0.0, sigma, size=np.shape(action))
+    return np.clip(noisy, space.low, space.high).astype(space.dtype)
+
+
 def collect(
     envs: Sequence[str],
     episodes: int,
     output: str | Path,
-    agent: str = "expert",
+    agent: str | Sequence[str] = "expert",
     image_size: int | Sequence[int] = 64,
     cameras: Sequence[str] | None = None,
     seed: int = 0,
@@ -66,11 +92,12 @@ def collect(
     layout: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = print,
 ) -> dict[str, Any]:
-    """Run ``agent`` in each env and write every kept episode to a dataset at ``output``.
+    """Run each ``agent`` (``expert``/``random``, optionally ``+noise=SIGMA``) in each env and
+    write every kept episode to a dataset at ``output``.
 
-    Returns ``{"output", "fps", "cameras", "episodes", "frames", "dropped", "envs": {env_id:
-    {"episodes", "attempts", "successes", "success_rate", "dropped", "frames", "seeds"}}}``;
-    ``success_rate`` is over all attempted episodes.
+    Returns ``{"output", "fps", "cameras", "episodes", "frames", "dropped", "runs": [{"env", "agent",
+    "episodes", "attempts", "successes", "success_rate", "dropped", "frames", "seeds"}]}``, a run
+    per env and agent; ``success_rate`` is over all attempted episodes.
     """
     import envs as envs_pkg
 
@@ -83,16 +110,22 @@ def collect(
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if not action_noise >= 0:
         raise ValueError(f"action_noise must be >= 0 (a standard deviation in action units), got {action_noise}")
-    if agent not in AGENTS:
-        raise ValueError(f"unknown agent {agent!r}; choose one of {AGENTS}")
-    for env_id in envs:  # fail before any simulation for a misspelt id or a wrong agent
-        check_agent_fits_env(agent, env_id)
+    behaviours = [agent] if isinstance(agent, str) else list(agent)
+    if not behaviours:
+        raise ValueError("no agent to collect with")
+    if action_noise and any(split_noise(b)[1] for b in behaviours):
+        raise ValueError("--action-noise (recorded clean) and an agent's +noise= (recorded) together: choose one")
+    for name, _ in map(split_noise, behaviours):
+        if name not in AGENTS:
+            raise ValueError(f"unknown agent {name!r}; choose one of {AGENTS}, optionally followed by +noise=SIGMA")
+        for env_id in envs:  # fail before any simulation for a misspelt id or a wrong agent
+            check_agent_fits_env(name, env_id)
     size = parse_image_size(image_size)
     output = Path(output).expanduser()
 
     writer: DatasetWriter | None = None
-    per_env: dict[str, dict[str, Any]] = {}
-    counter = _Counter(len(envs) * episodes, say)
+    runs: list[dict[str, Any]] = []
+    counter = _Counter(len(envs) * len(behaviours) * episodes, say)
     try:
         for env_id in envs:
             env = envs_pkg.make(env_id, **_env_kwargs(size, cameras, max_steps))
@@ -119,8 +152,9 @@ def collect(
                         f"{env_id} runs at {fps} fps with cameras {list(env_cameras)}, but the dataset records "
                         f"{writer.fps} fps with {list(writer.cameras)}: one dataset needs one fps and camera set"
                     )
-                demonstrator = make_agent(agent, action_space=env.action_space, seed=seed)
-                per_env[env_id] = _run_env(env_id, env, demonstrator, writer, episodes, seed, only_success, counter)
+                for behaviour in behaviours:
+                    run = _run_env(env_id, env, behaviour, writer, episodes, seed, only_success, counter)
+                    runs.append({"env": env_id, "agent": behaviour, **run})
             finally:
                 env.close()
         assert writer is not None
@@ -138,8 +172,8 @@ def collect(
         "cameras": list(writer.cameras),
         "episodes": writer.num_episodes,
         "frames": writer.num_frames,
-        "dropped": sum(s["dropped"] for s in per_env.values()),
-        "envs": per_env,
+        "dropped": sum(run["dropped"] for run in runs),
+        "runs": runs,
     }
     say(format_summary(summary, only_success))
     return summary
@@ -162,9 +196,25 @@ class NoisyActions(gymnasium.ActionWrapper):
         return super().reset(seed=seed, options=options)
 
     def action(self, action: np.ndarray) -> np.ndarray:
-        noisy = action + self.rng.normal(0.0, self.scale, size=np.shape(action))
-        space = self.action_space
-        return np.clip(noisy, space.low, space.high).astype(space.dtype)
+        return perturbed(action, self.rng, self.scale, self.action_space)
+
+
+class NoisyAgent(Agent):
+    """An agent whose every action carries ``N(0, scale^2)``, clipped: the noise is its own, so what
+    it acts is what the env executes and what a dataset records. Seeded like :class:`NoisyActions`
+    (one generator per episode seed), it acts what an env wrapped in ``NoisyActions`` executes."""
+
+    def __init__(self, agent: Agent, scale: float, space: gymnasium.spaces.Box, seed: int | None):
+        self.agent, self.scale, self.space, self.rng = agent, float(scale), space, np.random.default_rng(seed)
+
+    def reset(self, env_ids: list[int] | None = None) -> None:
+        self.agent.reset(env_ids)
+
+    def reads_pixels(self, env_index: int = 0) -> bool:
+        return self.agent.reads_pixels(env_index)
+
+    def act_one(self, obs, env_index: int) -> np.ndarray:
+        return perturbed(self.agent.act_one(obs, env_index), self.rng, self.scale, self.space)
 
 
 class _Counter:
@@ -181,7 +231,15 @@ class _Counter:
                  f"{message}")
 
 
-def _run_env(env_id, env, agent, writer: DatasetWriter, episodes: int, seed: int, only_success: bool, say) -> dict[str, Any]:
+def _behaving(behaviour: str, space: gymnasium.spaces.Box, seed: int) -> Agent:
+    """The agent ``behaviour`` names, for the episode with this seed."""
+    name, sigma = split_noise(behaviour)
+    agent = make_agent(name, action_space=space, seed=seed)
+    return NoisyAgent(agent, sigma, space, seed) if sigma else agent
+
+
+def _run_env(env_id, env, behaviour: str, writer: DatasetWriter, episodes: int, seed: int, only_success: bool,
+             say) -> dict[str, Any]:
     budget = RETRY_FACTOR * episodes if only_success else episodes
     kept = attempts = successes = frames = 0
     seeds = []
@@ -191,7 +249,7 @@ def _run_env(env_id, env, agent, writer: DatasetWriter, episodes: int, seed: int
 
     while kept < episodes and attempts < budget:
         episode_seed = seed + attempts
-        episode = run_episode(env, agent, seed=episode_seed, after_act=record)
+        episode = run_episode(env, _behaving(behaviour, env.action_space, episode_seed), seed=episode_seed, after_act=record)
         attempts += 1
         successes += episode.success
         if episode.success or not only_success:
@@ -200,12 +258,12 @@ def _run_env(env_id, env, agent, writer: DatasetWriter, episodes: int, seed: int
             frames += episode.steps
             seeds.append(episode_seed)
             outcome = "success" if episode.success else "failure"
-            say(f"{env_id} seed {episode_seed}: {outcome} in {episode.steps} steps -> episode {ep}", kept=True)
+            say(f"{env_id} {behaviour} seed {episode_seed}: {outcome} in {episode.steps} steps -> episode {ep}", kept=True)
         else:
             writer.clear_episode()
-            say(f"{env_id} seed {episode_seed}: failure in {episode.steps} steps, dropped (--only-success)")
+            say(f"{env_id} {behaviour} seed {episode_seed}: failure in {episode.steps} steps, dropped (--only-success)")
     if kept < episodes:
-        say(f"warning: {env_id}: only {kept} of {episodes} episodes succeeded in {attempts} attempts")
+        say(f"warning: {env_id} {behaviour}: only {kept} of {episodes} episodes succeeded in {attempts} attempts")
     return {
         "episodes": kept,
         "attempts": attempts,
@@ -218,12 +276,13 @@ def _run_env(env_id, env, agent, writer: DatasetWriter, episodes: int, seed: int
 
 
 def format_summary(summary: dict[str, Any], only_success: bool = False) -> str:
-    rows = [("env", "episodes", "frames", "success")]
-    for env_id, s in summary["envs"].items():
+    rows = [("env", "agent", "episodes", "frames", "success")]
+    for s in summary["runs"]:
         rate = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.1f}% ({s['successes']}/{s['attempts']})"
-        rows.append((env_id, str(s["episodes"]), str(s["frames"]), rate))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]) for r in rows]
+        rows.append((s["env"], s["agent"], str(s["episodes"]), str(s["frames"]), rate))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(r[2:], widths[2:])])
+             for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     head = (
         f"collected {summary['episodes']} episodes ({summary['frames']} frames at {summary['fps']} fps, "
@@ -239,7 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.collect", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", dest="envs", action="append", metavar="ENV_ID", help="env id (repeat for several)")
     parser.add_argument("--episodes", type=int, default=20, help="episodes per env (default 20)")
-    parser.add_argument("--agent", choices=AGENTS, default="expert")
+    parser.add_argument("--agent", dest="agents", action="append", metavar="AGENT",
+                        help="expert or random, optionally +noise=SIGMA recorded with the actions (repeat for several; "
+                             "default expert)")
     parser.add_argument("--output", type=Path, help="dataset directory")
     parser.add_argument("--image-size", type=int, nargs="+", default=[64], metavar="PX", help="SIZE or H W (default 64)")
     parser.add_argument("--cameras", nargs="+", default=None, help="cameras to record (default: the env's)")
@@ -269,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.envs,
             args.episodes,
             args.output,
-            agent=args.agent,
+            agent=args.agents or "expert",
             image_size=size,
             cameras=args.cameras,
             seed=args.seed,

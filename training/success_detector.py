@@ -121,6 +121,7 @@ def collect(config: DetectorConfig) -> tuple[Frames, list[Replay]]:
     import envs
     from agents import make_agent
     from envs.protocol import IS_SUCCESS, PIXELS
+    from training.collect import perturbed
 
     pixels, solved, episodes, groups, replays = [], [], [], [], []
     episode = group = 0
@@ -128,7 +129,6 @@ def collect(config: DetectorConfig) -> tuple[Frames, list[Replay]]:
     for t, env_id in enumerate(config.tasks):
         env = envs.make(env_id, cameras=config.cameras, image_size=tuple(config.image_size), lazy_pixels=True,
                         terminate_on_success=False, max_episode_steps=config.max_steps)
-        low, high = env.action_space.low, env.action_space.high
         for agent_name, sigma in behaviours:
             for k in range(config.episodes):
                 seed = config.seed + 1000 * t + k
@@ -142,8 +142,8 @@ def collect(config: DetectorConfig) -> tuple[Frames, list[Replay]]:
                         episodes.append(episode)
                         groups.append(group)
                     action = agent.act(obs)
-                    if sigma:  # executed with noise (training.collect's NoisyActions, drawn here to be recorded)
-                        action = np.clip(action + noise.normal(0.0, sigma, action.shape), low, high).astype(np.float32)
+                    if sigma:  # executed with noise, recorded with it
+                        action = perturbed(action, noise, sigma, env.action_space)
                     env.unwrapped.pixels_requested = (step + 1) % config.frame_every == 0  # only kept frames render
                     obs, _, terminated, truncated, info = env.step(action)
                     executed.append(action)

@@ -9,6 +9,14 @@
                  the imagination score (predicted vs rendered frames, and the copy-frame baseline)
     6. report    report.md / report.json: success per task, side by side
 
+``--world-model`` (``make demo-world-model``) then asks whether the world model can rank policies
+without the simulator (docs/world-model.md), under ``<output>/world_model/``:
+
+    7. wm_collect   the demo tasks under several behaviours, failures included   python -m training.collect --agent ...
+    8. wm_cache     their latents, with the demo's VAE                              python scripts/video_cache.py
+    9. wm_train     a world model: actions given clean, video and state learnt      python -m training world_model_prob=1
+   10. wm_eval      seven policies in the simulator and in the world model          python -m wam_gym.world_model_eval
+
 Each stage is the real command a user would type (printed, logged to <output>/logs/); a
 stage whose outputs exist is skipped (an evaluation only when its results.json says complete),
 so a rerun resumes. ``--quick`` shrinks everything to
@@ -42,6 +50,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
+class WorldModelDemoConfig:
+    """The world model as a policy evaluator (``--world-model``): its data, its training, the policies it ranks."""
+
+    # its data (training.collect --agent, each on every task): it learns what actions lead to, failures too.
+    # The demo's own demos are all successes; a world model that saw only those imagines success whatever it is shown
+    behaviours: list[str] = field(default_factory=lambda: ["expert", "expert+noise=1", "expert+noise=2", "random"])
+    episodes: int = 12  # per task and behaviour
+    seed: int = 100  # first seed of its data (the demos use 0.., world_model_eval's trials 0..trials-1)
+    train_steps: int = 1500  # optimizer steps
+    # world_model_eval --policy; "{wam}" is the demo's WAM checkpoint. Noise levels other than the data's
+    policies: list[str] = field(default_factory=lambda: [
+        "expert", "expert+noise=1.5", "expert+noise=3", "random", "wam={wam}", "wam={wam}+noise=0.5", "wam={wam}+noise=1"])
+    trials: int = 5  # episodes per task and policy, in each world
+    detector_episodes: int = 8  # the success detector's episodes per task and behaviour (2 or more: some are held out)
+
+
+@dataclass
 class DemoConfig:
     output: str = "outputs/demo"  # every stage writes under here; a rerun skips finished stages
     tasks: list[str] = field(default_factory=lambda: list(TASK_SETS["metaworld_demo"]))  # env ids
@@ -67,11 +92,14 @@ class DemoConfig:
     inference_steps: int = 10  # denoising steps per model call
     shift: float = 3.0  # flow-matching timestep shift of the sampler
     actors: int = 2  # rollout actors per model worker
+    world_model: WorldModelDemoConfig = field(default_factory=WorldModelDemoConfig)  # --world-model's stages
 
     @classmethod
     def quick(cls, output: str) -> DemoConfig:
+        world_model = WorldModelDemoConfig(behaviours=["expert", "random"], episodes=1, train_steps=4,
+                                           policies=["expert", "random", "wam={wam}"], trials=1, detector_episodes=2)
         return cls(output=output, tasks=cls().tasks[:2], episodes=2, image_size=32, vae_steps=2, train_steps=4, batch_size=4,
-                   trials=1, max_episode_steps=12, inference_steps=2, actors=1)
+                   trials=1, max_episode_steps=12, inference_steps=2, actors=1, world_model=world_model)
 
 
 class Demo:
@@ -93,6 +121,31 @@ class Demo:
             self.evaluate(agent)
         return self.report()
 
+    def run_world_model(self) -> dict:
+        """The demo, then stages 7-10: a world model that saw failures, and how it ranks policies."""
+        self.run()
+        w, wm = self.config.world_model, self.out / "world_model"
+        cache = {"WAM_LATENT_CACHE": str(wm / "cache")}
+        collect = self._collect_command(wm / "data", w.episodes, w.seed, w.behaviours)
+        self._stage("wm_collect", collect + ["--max-steps", str(self.config.max_episode_steps)],
+                    wm / "data" / "meta" / "info.json")
+        overrides = self._world_model_overrides()
+        self._stage("wm_cache", [sys.executable, "scripts/video_cache.py", *overrides, "video_latent_cache=generate"],
+                    wm / "cache" / "cache_meta.json", env=cache)
+        self._stage("wm_train", [sys.executable, "-m", "training", *overrides], wm / "train" / "checkpoint" / CONFIG_FILE,
+                    env=cache)
+        command = [sys.executable, "-m", "wam_gym.world_model_eval", "--world-model", str(wm / "train" / "checkpoint"),
+                   "--detector", str(wm / "detector"), "--output", str(wm / "eval"), "--trials", str(w.trials),
+                   "--steps", str(self.config.max_episode_steps), "--detector-episodes", str(w.detector_episodes),
+                   "--inference-steps", str(self.config.inference_steps), "--shift", str(self.config.shift)]
+        for task in self.config.tasks:
+            command += ["--task", task]
+        for policy in w.policies:
+            command += ["--policy", policy.format(wam=self.checkpoint)]
+        self._stage("wm_eval", command, wm / "eval" / "summary.md")
+        print((wm / "eval" / "summary.md").read_text())
+        return json.loads((wm / "eval" / "results.json").read_text())
+
     def _stage(self, name: str, command: list[str], done: Path, env: dict | None = None) -> None:
         if _finished(done):
             print(f"[demo] {name}: done already ({done})")
@@ -111,13 +164,19 @@ class Demo:
         print(f"[demo] {name}: {self.timings[name]:.0f} s", flush=True)
 
     def collect(self) -> None:
+        command = self._collect_command(self.out / "data", self.config.episodes, 0, ["expert"])
+        self._stage("collect", command + ["--action-noise", str(self.config.action_noise)],
+                    self.out / "data" / "meta" / "info.json")
+
+    def _collect_command(self, output: Path, episodes: int, seed: int, behaviours: list[str]) -> list[str]:
         c = self.config
-        command = [sys.executable, "-m", "training.collect", "--episodes", str(c.episodes), "--agent", "expert",
-                   "--output", str(self.out / "data"), "--image-size", str(c.image_size), "--overwrite",
-                   "--action-noise", str(c.action_noise), "--cameras", *c.cameras]
+        command = [sys.executable, "-m", "training.collect", "--episodes", str(episodes), "--output", str(output),
+                   "--image-size", str(c.image_size), "--overwrite", "--seed", str(seed), "--cameras", *c.cameras]
+        for behaviour in behaviours:
+            command += ["--agent", behaviour]
         for task in c.tasks:
             command += ["--env", task]
-        self._stage("collect", command, self.out / "data" / "meta" / "info.json")
+        return command
 
     def fit_vae(self) -> None:
         c = self.config
@@ -136,6 +195,15 @@ class Demo:
             f"batch_size={c.batch_size}", "+infra=cache", "infra.compile.enabled=false",
             f"save_every={max(1, c.train_steps // 3)}", f"warmup_steps={min(100, c.train_steps // 10)}",
         ]
+
+    def _world_model_overrides(self) -> list[str]:
+        """The demo's training, on the world model's data, with every row's actions given clean and a state head."""
+        wm, steps = self.out / "world_model", self.config.world_model.train_steps
+        replaced = {"dataset.root": wm / "data", "output_dir": wm / "train", "max_steps": steps,
+                    "save_every": max(1, steps // 3), "warmup_steps": min(100, steps // 10)}
+        kept = [o for o in self._train_overrides() if o.split("=")[0] not in replaced]
+        return kept + [f"{k}={v}" for k, v in replaced.items()] + [
+            "world_model_prob=1.0", "model.action_expert.predict_state=true"]
 
     def cache(self) -> None:
         command = [sys.executable, "scripts/video_cache.py", *self._train_overrides(), "video_latent_cache=generate"]
@@ -389,13 +457,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int)
     parser.add_argument("--replan-steps", type=int, help="actions executed per chunk (default: the whole chunk, 32)")
     parser.add_argument("--action-noise", type=float, help="executed-action noise of the demos (default 0.5)")
+    parser.add_argument("--world-model", action="store_true",
+                        help="then train a world model on several behaviours and rank policies in it (stages 7-10)")
     args = parser.parse_args(argv)
     config = DemoConfig.quick(args.output) if args.quick else DemoConfig(output=args.output)
     for name in ("vae_steps", "train_steps", "episodes", "trials", "replan_steps", "action_noise"):
         if getattr(args, name) is not None:
             setattr(config, name, getattr(args, name))
     os.environ.setdefault("MUJOCO_GL", "egl")
-    Demo(config).run()
+    demo = Demo(config)
+    demo.run_world_model() if args.world_model else demo.run()
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ the world model's VAE draws them, and from the frames the world model imagines w
 the same episodes' actions. Then, across policies,
 success in the world model against success in the simulator: Pearson and Spearman correlations
 with 95% bootstrap intervals (episodes resampled within each policy and task), and the share of
-policy pairs the two rank in the same order. ``results.json``, ``scatter.png`` and a Markdown
-table go to ``--output``.
+policy pairs the two rank in the same order. ``results.json``, ``scatter.png`` and ``summary.md``
+(the table and the figures) go to ``--output``.
 
 Policies (``--policy``, repeat): ``expert`` (Meta-World's scripted expert: it reads the simulator's
 privileged state, which the world model takes from the simulator stepped alongside), ``random``,
@@ -52,15 +52,13 @@ class PolicySpec:
 
     @classmethod
     def parse(cls, text: str) -> PolicySpec:
-        head, _, noise = text.partition("+noise=")
+        from training.collect import split_noise
+
+        head, sigma = split_noise(text)
         kind, _, target = head.partition("=")
         if kind not in ("expert", "random", "wam", "python") or (kind in ("wam", "python")) != bool(target):
             raise ValueError(f"--policy {text!r}: write expert, random, wam=CKPT or python=pkg.module:factory, "
                              "optionally followed by +noise=SIGMA")
-        try:
-            sigma = float(noise) if noise else 0.0
-        except ValueError:
-            raise ValueError(f"--policy {text!r}: +noise= takes a number (a standard deviation in action units)") from None
         return cls(kind, target or None, sigma)
 
     @property
@@ -275,6 +273,8 @@ def main(argv: list[str] | None = None) -> None:
         specs = [PolicySpec.parse(p) for p in args.policy]
     except ValueError as exc:
         parser.error(str(exc))
+    if args.detector_episodes < 2:
+        parser.error("--detector-episodes: give 2 or more (whole episodes are held out to measure the detector)")
     if len({s.name for s in specs}) < 2:
         parser.error("--policy: give two or more different policies (a correlation ranks them)")
     out = Path(args.output)
@@ -292,14 +292,16 @@ def main(argv: list[str] | None = None) -> None:
                            "shift": args.shift, "world_model": args.world_model, "tasks": tasks}}
     (out / "results.json").write_text(json.dumps(result, indent=1))
     scatter(outcomes, summary, out / "scatter.png")
-    print(table(outcomes))
+    lines = [table(outcomes), ""]
     for key in ("spearman", "pearson", "pairwise_agreement"):
         interval = summary[key]["interval_95"]
         shown = "" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]"
-        print(f"{key}: {_shown(summary[key]['value'])}{shown}")
-    print(f"success detector, held-out episodes: balanced accuracy {detector['held_out_balanced_accuracy']:.3f} "
-          f"(on imagined frames {detector.get('imagined_held_out_balanced_accuracy', float('nan')):.3f}); "
-          f"written to {out}")
+        lines.append(f"- {key}: {_shown(summary[key]['value'])}{shown}")
+    lines.append(f"- success detector, held-out episodes: balanced accuracy {detector['held_out_balanced_accuracy']:.3f} "
+                 f"(on imagined frames {detector.get('imagined_held_out_balanced_accuracy', float('nan')):.3f})")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"written to {out}: results.json, scatter.png, summary.md")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""What a perfect imagination could score through a checkpoint's VAE, against copying the current frame.
+
+    python scripts/imagination_bound.py --checkpoint outputs/demo/train/checkpoint [--seeds 10] [--steps 150]
+
+The imagination score (wam_gym/eval/imagination.py) compares the frames a WAM decodes with the frames
+the env renders ``k * frame_stride`` steps later. Whatever the WAM predicts, it is decoded by its VAE;
+so the future frame itself, encoded and decoded (``training.success_detector.as_the_world_model_draws``),
+is the best any prediction through that VAE can score. This runs Meta-World's scripted expert on each
+task (seeds 1000.., the demo's evaluation seeds) at the checkpoint's cameras and size, and prints, per
+offset k, PSNR / SSIM of that round trip and of copying the frame ``k * frame_stride`` steps earlier.
+Where the round trip's SSIM is below copying's, no model behind this VAE beats copying on SSIM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+DEMO_TASKS = ("wam_gym/MetaWorld-door-close-v3", "wam_gym/MetaWorld-window-close-v3",
+              "wam_gym/MetaWorld-button-press-topdown-v3", "wam_gym/MetaWorld-drawer-close-v3")
+
+
+def expert_frames(task: str, seed: int, cameras: tuple[str, ...], size: tuple[int, int], steps: int) -> np.ndarray:
+    """The frames (T, H, W * cameras, 3) of the expert's episode, cameras side by side in the model's order."""
+    import envs
+    from agents import make_agent
+    from envs.protocol import PIXELS
+
+    env = envs.make(task, cameras=cameras, image_size=size, max_episode_steps=steps)
+    agent = make_agent("expert", action_space=env.action_space, seed=seed)
+    obs, _ = env.reset(seed=seed)
+    frames, done = [], False
+    while not done:
+        frames.append(np.concatenate([obs[PIXELS][c] for c in cameras], axis=1))
+        obs, _, terminated, truncated, _ = env.step(agent.act(obs))
+        done = terminated or truncated
+    env.close()
+    return np.stack(frames)
+
+
+def bound(checkpoint: str, tasks: list[str], seeds: int, steps: int) -> dict:
+    """Per offset k (1..num_future_frames): mean PSNR/SSIM of the VAE round trip and of copying."""
+    from training.success_detector import as_the_world_model_draws
+    from wam_gym.eval.imagination import frame_stride
+    from wam_gym.utils.metrics import per_frame_psnr, per_frame_ssim
+    from wam_gym.world_model_env import model_config
+
+    model = model_config(checkpoint)
+    stride, _ = frame_stride(model, Path(checkpoint))
+    names = ("vae_psnr", "vae_ssim", "copy_psnr", "copy_ssim")
+    scores = {k: {name: [] for name in names} for k in range(1, model.num_future_frames + 1)}
+    for task in tasks:
+        for seed in range(1000, 1000 + seeds):
+            frames = expert_frames(task, seed, tuple(model.cameras), tuple(model.image_size), steps)
+            drawn = as_the_world_model_draws(frames, checkpoint)
+            for k, score in scores.items():
+                offset = k * stride
+                if len(frames) <= offset:
+                    continue
+                future, now = frames[offset:], frames[:-offset]
+                score["vae_psnr"] += list(np.minimum(per_frame_psnr(drawn[offset:], future), 100.0))
+                score["vae_ssim"] += list(per_frame_ssim(drawn[offset:], future))
+                score["copy_psnr"] += list(np.minimum(per_frame_psnr(now, future), 100.0))
+                score["copy_ssim"] += list(per_frame_ssim(now, future))
+    means = {k: {name: float(np.mean(v)) for name, v in s.items()} | {"frames": len(s["vae_ssim"])} for k, s in scores.items()}
+    return {"frame_stride": stride, "offsets": means}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="a WAM checkpoint (its VAE and cameras are used)")
+    parser.add_argument("--task", action="append", dest="tasks", help="env id (repeat); default: the demo's four")
+    parser.add_argument("--seeds", type=int, default=10, help="episodes per task, seeds 1000..")
+    parser.add_argument("--steps", type=int, default=150, help="step limit of each episode")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args()
+    result = bound(args.checkpoint, args.tasks or list(DEMO_TASKS), args.seeds, args.steps)
+    print(f"frame stride {result['frame_stride']}; PSNR dB / SSIM")
+    print("| frame k | VAE round trip of the true future | copy the current frame | frames |")
+    print("| --- | --- | --- | --- |")
+    for k, s in result["offsets"].items():
+        vae, copy = f"{s['vae_psnr']:.2f} / {s['vae_ssim']:.3f}", f"{s['copy_psnr']:.2f} / {s['copy_ssim']:.3f}"
+        print(f"| {k} | {vae} | {copy} | {s['frames']} |")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
