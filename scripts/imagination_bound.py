@@ -55,19 +55,20 @@ def bound(checkpoint: str, tasks: list[str], seeds: int, steps: int) -> dict:
     stride, _ = frame_stride(model, Path(checkpoint))
     names = ("vae_psnr", "vae_ssim", "copy_psnr", "copy_ssim")
     scores = {k: {name: [] for name in names} for k in range(1, model.num_future_frames + 1)}
-    for task in tasks:
-        for seed in range(1000, 1000 + seeds):
-            frames = expert_frames(task, seed, tuple(model.cameras), tuple(model.image_size), steps)
-            drawn = as_the_world_model_draws(frames, checkpoint)
-            for k, score in scores.items():
-                offset = k * stride
-                if len(frames) <= offset:
-                    continue
-                future, now = frames[offset:], frames[:-offset]
-                score["vae_psnr"] += list(np.minimum(per_frame_psnr(drawn[offset:], future), 100.0))
-                score["vae_ssim"] += list(per_frame_ssim(drawn[offset:], future))
-                score["copy_psnr"] += list(np.minimum(per_frame_psnr(now, future), 100.0))
-                score["copy_ssim"] += list(per_frame_ssim(now, future))
+    episodes = [expert_frames(task, seed, tuple(model.cameras), tuple(model.image_size), steps)
+                for task in tasks for seed in range(1000, 1000 + seeds)]
+    drawn = np.split(as_the_world_model_draws(np.concatenate(episodes), checkpoint),
+                     np.cumsum([len(e) for e in episodes])[:-1])
+    for frames, round_trip in zip(episodes, drawn):
+        for k, score in scores.items():
+            offset = k * stride
+            if len(frames) <= offset:
+                continue
+            future, now = frames[offset:], frames[:-offset]
+            score["vae_psnr"] += list(np.minimum(per_frame_psnr(round_trip[offset:], future), 100.0))
+            score["vae_ssim"] += list(per_frame_ssim(round_trip[offset:], future))
+            score["copy_psnr"] += list(np.minimum(per_frame_psnr(now, future), 100.0))
+            score["copy_ssim"] += list(per_frame_ssim(now, future))
     means = {k: {name: float(np.mean(v)) for name, v in s.items()} | {"frames": len(s["vae_ssim"])} for k, s in scores.items()}
     return {"frame_stride": stride, "offsets": means}
 

@@ -134,3 +134,16 @@ def test_the_imagination_bound_scores_the_vae_round_trip_of_the_true_future_agai
     drawn = as_the_world_model_draws(frames, ckpt)
     assert first["vae_ssim"] == pytest.approx(per_frame_ssim(drawn[stride:], frames[stride:]).mean(), abs=1e-6)
     assert first["copy_ssim"] == pytest.approx(per_frame_ssim(frames[:-stride], frames[stride:]).mean(), abs=1e-6)
+
+
+def test_the_scatters_error_bars_are_each_rates_wilson_interval_over_all_its_episodes():
+    from wam_gym.utils.stats import wilson
+    from wam_gym.world_model_eval import _wilson_bars, rates
+
+    outcomes = {"a": {"simulator": {"t1": [True, True], "t2": [True, False]}},
+                "b": {"simulator": {"t1": [False, False], "t2": [False, True]}}}
+    centre = rates(outcomes, "simulator")
+    bars = _wilson_bars(outcomes, "simulator", centre)
+    low, high = wilson(3, 4)
+    np.testing.assert_allclose(bars[:, 0], [0.75 - low, high - 0.75])
+    assert bars.shape == (2, 2) and (bars >= 0).all()

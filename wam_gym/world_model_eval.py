@@ -233,15 +233,28 @@ def scatter(outcomes: dict, summary: dict, path: Path) -> Path:
     sim, wm = rates(outcomes, "simulator"), rates(outcomes, "world_model")
     fig, ax = plt.subplots(figsize=(5.5, 5))
     ax.plot([0, 1], [0, 1], color="0.8", lw=1)
-    ax.scatter(sim, wm, s=40)
-    for name, x, y in zip(outcomes, sim, wm):
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.errorbar(sim, wm, xerr=_wilson_bars(outcomes, "simulator", sim), yerr=_wilson_bars(outcomes, "world_model", wm),
+                fmt="o", ms=6, elinewidth=0.8, ecolor="0.6", capsize=2)
+    for i, (name, x, y) in enumerate(zip(outcomes, sim, wm)):  # labels alternate above and below: neighbours stay legible
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -11), fontsize=7)
     ax.set(xlabel="success in the simulator", ylabel="success in the world model", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05),
            title=f"Spearman {_shown(summary['spearman']['value'])}, Pearson {_shown(summary['pearson']['value'])}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _wilson_bars(outcomes: dict, world: str, centre: np.ndarray) -> np.ndarray:
+    """(2, policies): each rate's distance to its 95% Wilson interval, all tasks' episodes pooled."""
+    from wam_gym.utils.stats import wilson
+
+    bounds = []
+    for runs in outcomes.values():
+        episodes = [ok for trials in runs[world].values() for ok in trials]
+        bounds.append(wilson(sum(episodes), len(episodes)))
+    low, high = np.array(bounds).T
+    return np.stack([centre - low, high - centre]).clip(0)
 
 
 def _shown(value: float | None) -> str:
