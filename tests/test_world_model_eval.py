@@ -73,6 +73,8 @@ def test_agreement_arithmetic():
     assert PolicySpec.parse("wam=ckpt/a+noise=0.5") == PolicySpec("wam", "ckpt/a", 0.5)
     with pytest.raises(ValueError, match="wam=CKPT"):
         PolicySpec.parse("wam")
+    with pytest.raises(ValueError, match=r"--policy 'random\+noise=-1': \+noise= must be >= 0"):
+        PolicySpec.parse("random+noise=-1")  # training.collect's --agent reads the same suffix the same way
     assert pairwise_agreement(np.array([0.1, 0.5, 0.9]), np.array([0.2, 0.3, 0.8])) == 1.0
     assert pairwise_agreement(np.array([0.1, 0.5, 0.9]), np.array([0.8, 0.3, 0.2])) == 0.0
     assert pairwise_agreement(np.array([0.1, 0.5]), np.array([0.3, 0.3])) == 0.5  # a tie counts half

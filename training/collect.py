@@ -59,15 +59,15 @@ def _env_kwargs(image_size: tuple[int, int], cameras: Sequence[str] | None, max_
     return kwargs
 
 
-def split_noise(text: str) -> tuple[str, float]:
-    """``"name+noise=SIGMA"`` -> ``("name", SIGMA)``; ``"name"`` -> ``("name", 0.0)``."""
+def split_noise(text: str, flag: str = "--agent") -> tuple[str, float]:
+    """``"name+noise=SIGMA"`` -> ``("name", SIGMA)``; ``"name"`` -> ``("name", 0.0)``. Errors name ``flag``."""
     head, _, noise = text.partition("+noise=")
     try:
         sigma = float(noise) if noise else 0.0
     except ValueError:
-        raise ValueError(f"{text!r}: +noise= takes a number (a standard deviation in action units)") from None
+        raise ValueError(f"{flag} {text!r}: +noise= takes a number (a standard deviation in action units)") from None
     if not sigma >= 0:
-        raise ValueError(f"{text!r}: +noise= must be >= 0 (a standard deviation in action units)")
+        raise ValueError(f"{flag} {text!r}: +noise= must be >= 0 (a standard deviation in action units)")
     return head, sigma
 
 
@@ -117,7 +117,7 @@ def collect(
         raise ValueError("--action-noise (recorded clean) and an agent's +noise= (recorded) together: choose one")
     for name, _ in map(split_noise, behaviours):
         if name not in AGENTS:
-            raise ValueError(f"unknown agent {name!r}; choose one of {AGENTS}, optionally followed by +noise=SIGMA")
+            raise ValueError(f"--agent: unknown agent {name!r}; choose one of {AGENTS}, optionally followed by +noise=SIGMA")
         for env_id in envs:  # fail before any simulation for a misspelt id or a wrong agent
             check_agent_fits_env(name, env_id)
     size = parse_image_size(image_size)

@@ -134,17 +134,22 @@ class Demo:
                     wm / "cache" / "cache_meta.json", env=cache)
         self._stage("wm_train", [sys.executable, "-m", "training", *overrides], wm / "train" / "checkpoint" / CONFIG_FILE,
                     env=cache)
-        command = [sys.executable, "-m", "wam_gym.world_model_eval", "--world-model", str(wm / "train" / "checkpoint"),
-                   "--detector", str(wm / "detector"), "--output", str(wm / "eval"), "--trials", str(w.trials),
-                   "--steps", str(self.config.max_episode_steps), "--detector-episodes", str(w.detector_episodes),
-                   "--inference-steps", str(self.config.inference_steps), "--shift", str(self.config.shift)]
-        for task in self.config.tasks:
-            command += ["--task", task]
-        for policy in w.policies:
-            command += ["--policy", policy.format(wam=self.checkpoint)]
-        self._stage("wm_eval", command, wm / "eval" / "summary.md")
+        self._stage("wm_eval", self._world_model_eval_command(), wm / "eval" / "summary.md")
         print((wm / "eval" / "summary.md").read_text())
         return json.loads((wm / "eval" / "results.json").read_text())
+
+    def _world_model_eval_command(self) -> list[str]:
+        """world_model_eval on the demo's tasks, step limit and sampler, with the demo's WAM as ``{wam}``."""
+        c, wm = self.config, self.out / "world_model"
+        command = [sys.executable, "-m", "wam_gym.world_model_eval", "--world-model", str(wm / "train" / "checkpoint"),
+                   "--detector", str(wm / "detector"), "--output", str(wm / "eval"), "--trials", str(c.world_model.trials),
+                   "--steps", str(c.max_episode_steps), "--detector-episodes", str(c.world_model.detector_episodes),
+                   "--inference-steps", str(c.inference_steps), "--shift", str(c.shift)]
+        for task in c.tasks:
+            command += ["--task", task]
+        for policy in c.world_model.policies:
+            command += ["--policy", policy.format(wam=self.checkpoint)]
+        return command
 
     def _stage(self, name: str, command: list[str], done: Path, env: dict | None = None) -> None:
         if _finished(done):
@@ -466,7 +471,10 @@ def main(argv: list[str] | None = None) -> None:
             setattr(config, name, getattr(args, name))
     os.environ.setdefault("MUJOCO_GL", "egl")
     demo = Demo(config)
-    demo.run_world_model() if args.world_model else demo.run()
+    if args.world_model:
+        demo.run_world_model()
+    else:
+        demo.run()
 
 
 if __name__ == "__main__":

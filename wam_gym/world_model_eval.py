@@ -54,7 +54,7 @@ class PolicySpec:
     def parse(cls, text: str) -> PolicySpec:
         from training.collect import split_noise
 
-        head, sigma = split_noise(text)
+        head, sigma = split_noise(text, "--policy")
         kind, _, target = head.partition("=")
         if kind not in ("expert", "random", "wam", "python") or (kind in ("wam", "python")) != bool(target):
             raise ValueError(f"--policy {text!r}: write expert, random, wam=CKPT or python=pkg.module:factory, "
