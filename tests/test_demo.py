@@ -49,7 +49,11 @@ def test_quick_demo_produces_every_artifact(tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done already") == 7
 
-    # --world-model: the demo's stages are found done, then a world model trained on several behaviours ranks policies
+    # --world-model: the demo's stages are found done, then a world model trained on several behaviours ranks policies.
+    # A detector is in place, so the stage uses it (training one is tests/test_world_model_eval.py's, and a minute here)
+    from tests.test_world_model_eval import detector_that_says
+
+    detector_that_says(False, out / "world_model" / "detector")
     world = subprocess.run([sys.executable, "-m", "wam_gym.demo", "--quick", "--world-model", "--output", str(out)],
                            capture_output=True, text=True, timeout=900)
     assert world.returncode == 0, world.stdout[-3000:] + world.stderr[-3000:]
@@ -61,6 +65,8 @@ def test_quick_demo_produces_every_artifact(tmp_path):
     assert trained["dataset"]["root"] == str(wm / "data") and trained["model"]["vae_path"] == str(out / "vae")
     result = json.loads((wm / "eval" / "results.json").read_text())
     assert sorted(result["outcomes"]) == ["expert", "random", "wam=checkpoint"]
+    assert result["detector"]["held_out_accuracy"] == 1.0  # the detector in place, not a new one
+    assert not any(any(trials) for runs in result["outcomes"].values() for trials in runs["world_model"].values())
     assert result["settings"]["steps"] == 12 and (wm / "eval" / "scatter.png").is_file()
     assert "spearman" in (wm / "eval" / "summary.md").read_text() and "spearman" in world.stdout
 
