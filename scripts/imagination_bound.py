@@ -22,24 +22,18 @@ import numpy as np
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-DEMO_TASKS = ("wam_gym/MetaWorld-door-close-v3", "wam_gym/MetaWorld-window-close-v3",
-              "wam_gym/MetaWorld-button-press-topdown-v3", "wam_gym/MetaWorld-drawer-close-v3")
-
 
 def expert_frames(task: str, seed: int, cameras: tuple[str, ...], size: tuple[int, int], steps: int) -> np.ndarray:
-    """The frames (T, H, W * cameras, 3) of the expert's episode, cameras side by side in the model's order."""
+    """The frames (T, H, W * cameras, 3) the expert acts on in its episode, cameras side by side in the model's order."""
     import envs
-    from agents import make_agent
+    from agents import make_agent, run_episode
     from envs.protocol import PIXELS
+    from wam_gym.utils.video import tile
 
     env = envs.make(task, cameras=cameras, image_size=size, max_episode_steps=steps)
-    agent = make_agent("expert", action_space=env.action_space, seed=seed)
-    obs, _ = env.reset(seed=seed)
-    frames, done = [], False
-    while not done:
-        frames.append(np.concatenate([obs[PIXELS][c] for c in cameras], axis=1))
-        obs, _, terminated, truncated, _ = env.step(agent.act(obs))
-        done = terminated or truncated
+    frames = []
+    run_episode(env, make_agent("expert", action_space=env.action_space, seed=seed), seed=seed,
+                after_act=lambda obs, _action: frames.append(tile([obs[PIXELS][c] for c in cameras])))
     env.close()
     return np.stack(frames)
 
@@ -48,7 +42,7 @@ def bound(checkpoint: str, tasks: list[str], seeds: int, steps: int) -> dict:
     """Per offset k (1..num_future_frames): mean PSNR/SSIM of the VAE round trip and of copying."""
     from training.success_detector import as_the_world_model_draws
     from wam_gym.eval.imagination import frame_stride
-    from wam_gym.utils.metrics import per_frame_psnr, per_frame_ssim
+    from wam_gym.utils.metrics import PSNR_CAP_DB, per_frame_psnr, per_frame_ssim
     from wam_gym.world_model_env import model_config
 
     model = model_config(checkpoint)
@@ -65,9 +59,9 @@ def bound(checkpoint: str, tasks: list[str], seeds: int, steps: int) -> dict:
             if len(frames) <= offset:
                 continue
             future, now = frames[offset:], frames[:-offset]
-            score["vae_psnr"] += list(np.minimum(per_frame_psnr(round_trip[offset:], future), 100.0))
+            score["vae_psnr"] += list(np.minimum(per_frame_psnr(round_trip[offset:], future), PSNR_CAP_DB))
             score["vae_ssim"] += list(per_frame_ssim(round_trip[offset:], future))
-            score["copy_psnr"] += list(np.minimum(per_frame_psnr(now, future), 100.0))
+            score["copy_psnr"] += list(np.minimum(per_frame_psnr(now, future), PSNR_CAP_DB))
             score["copy_ssim"] += list(per_frame_ssim(now, future))
     means = {k: {name: float(np.mean(v)) for name, v in s.items()} | {"frames": len(s["vae_ssim"])} for k, s in scores.items()}
     return {"frame_stride": stride, "offsets": means}
@@ -81,7 +75,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150, help="step limit of each episode")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    result = bound(args.checkpoint, args.tasks or list(DEMO_TASKS), args.seeds, args.steps)
+    from wam_gym.eval.tasks import TASK_SETS
+
+    result = bound(args.checkpoint, args.tasks or list(TASK_SETS["metaworld_demo"]), args.seeds, args.steps)
     print(f"frame stride {result['frame_stride']}; PSNR dB / SSIM")
     print("| frame k | VAE round trip of the true future | copy the current frame | frames |")
     print("| --- | --- | --- | --- |")

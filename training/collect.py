@@ -113,9 +113,10 @@ def collect(
     behaviours = [agent] if isinstance(agent, str) else list(agent)
     if not behaviours:
         raise ValueError("no agent to collect with")
-    if action_noise and any(split_noise(b)[1] for b in behaviours):
+    parsed = [split_noise(b) for b in behaviours]
+    if action_noise and any(sigma for _, sigma in parsed):
         raise ValueError("--action-noise (recorded clean) and an agent's +noise= (recorded) together: choose one")
-    for name, _ in map(split_noise, behaviours):
+    for name, _ in parsed:
         if name not in AGENTS:
             raise ValueError(f"--agent: unknown agent {name!r}; choose one of {AGENTS}, optionally followed by +noise=SIGMA")
         for env_id in envs:  # fail before any simulation for a misspelt id or a wrong agent

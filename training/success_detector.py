@@ -122,6 +122,7 @@ def collect(config: DetectorConfig) -> tuple[Frames, list[Replay]]:
     from agents import make_agent
     from envs.protocol import IS_SUCCESS, PIXELS
     from training.collect import perturbed
+    from wam_gym.utils.video import tile
 
     pixels, solved, episodes, groups, replays = [], [], [], [], []
     episode = group = 0
@@ -137,7 +138,7 @@ def collect(config: DetectorConfig) -> tuple[Frames, list[Replay]]:
                 executed, labels = [], []
                 for step in range(config.max_steps):
                     if step % config.frame_every == 0:
-                        pixels.append(_tiled(obs[PIXELS], config.cameras))
+                        pixels.append(tile([obs[PIXELS][c] for c in config.cameras]))
                         solved.append(bool(info.get(IS_SUCCESS, False)))
                         episodes.append(episode)
                         groups.append(group)
@@ -155,10 +156,6 @@ def collect(config: DetectorConfig) -> tuple[Frames, list[Replay]]:
             group += 1
         env.close()
     return Frames(np.stack(pixels), np.array(solved), np.array(episodes), np.array(groups)), replays
-
-
-def _tiled(pixels: dict, cameras: list[str]) -> np.ndarray:
-    return np.concatenate([pixels[c] for c in cameras], axis=1)
 
 
 def as_the_world_model_draws(frames: np.ndarray, checkpoint: str | Path, batch: int = 64) -> np.ndarray:

@@ -38,10 +38,6 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 if TYPE_CHECKING:
     from training.success_detector import Frames
 
-DEMO_TASKS = ("wam_gym/MetaWorld-door-close-v3", "wam_gym/MetaWorld-window-close-v3",
-              "wam_gym/MetaWorld-button-press-topdown-v3", "wam_gym/MetaWorld-drawer-close-v3")
-
-
 @dataclass(frozen=True)
 class PolicySpec:
     """One ``--policy`` argument: ``kind[=target][+noise=sigma]``."""
@@ -292,7 +288,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--policy: give two or more different policies (a correlation ranks them)")
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = args.tasks or list(DEMO_TASKS)
+    from wam_gym.eval.tasks import TASK_SETS
+
+    tasks = args.tasks or list(TASK_SETS["metaworld_demo"])
     if not (Path(args.detector) / "detector.json").is_file():
         train_detector(args.world_model, tasks, Path(args.detector), args.inference_steps, args.shift,
                        args.detector_episodes)
