@@ -187,7 +187,7 @@ def test_wam_checkpoint_of_another_input_convention_is_refused(tmp_path, inputs,
 
 
 def test_wam_checkpoint_of_its_convention_passes_the_check(tmp_path):
-    ckpt = fake_checkpoint(tmp_path / "ckpt", {"name": FASTWAM, "mirror": True})
+    ckpt = fake_checkpoint(tmp_path / "ckpt", {"name": FASTWAM, "orientation": "mirrored"})
     protocols.check_checkpoint_inputs(PROTOCOLS[FASTWAM], str(ckpt))  # no error
     protocols.check_checkpoint_inputs(None, str(fake_checkpoint(tmp_path / "other", None)))  # null: nothing checked
     with pytest.raises(Exception) as caught:  # the model's own checks follow; whatever they say, not the protocol

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.wam.config import VIDEO_MODES, BackboneConfig, ModelConfig, TextEncoderConfig, VAEConfig, from_data
-from agents.wam.fastwam.inputs import FastWAMInputs, convention
+from agents.wam.fastwam.inputs import FastWAMInputs, convention, from_saved
 from agents.wam.precision import PrecisionConfig
 
 
@@ -122,7 +122,10 @@ class FastWAMConfig(ModelConfig):
             "text_encoder": TextEncoderConfig, "encoder_mode": PrecisionConfig,
             "video_schedule": FlowScheduleConfig, "action_schedule": FlowScheduleConfig, "inputs": FastWAMInputs,
         }
-        return from_data(cls, {k: v for k, v in data.items() if k != "architecture"}, groups)
+        data = {k: v for k, v in data.items() if k != "architecture"}
+        if isinstance(data.get("inputs"), dict):
+            data["inputs"] = from_saved(data["inputs"])
+        return from_data(cls, data, groups)
 
 
 WAN22_LATENTS_MEAN = (

@@ -8,7 +8,7 @@ can forget: a mirrored camera or a gripper of the wrong sign would silently lose
     :func:`agents.wam.frames.model_frames` resizes them, the instruction as it is, actions as they are.
 ``fastwam_libero``
     FastWAM's LIBERO release (their ``experiments/libero/eval_libero_single.py`` and ``libero_utils.py``, read
-    at commit 45d8e14): each camera mirrored left to right (their frames are robosuite's raw frames turned
+    at commit 45d8e14): frames ``mirrored`` (envs/orientation.py: their frames are robosuite's raw frames turned
     180 degrees; robosuite's raw frame is our upright frame upside down, so theirs is ours mirrored), scaled
     to cover ``image_size`` and centre-cropped (PIL bilinear, to uint8), cameras side by side, ``x * 2/255 - 1``;
     the prompt ``A video recorded from a robot's point of view executing the following instruction: {task}``,
@@ -31,6 +31,7 @@ import torch
 from PIL import Image
 
 from agents.wam.frames import model_frames
+from envs.orientation import UPRIGHT, check_orientation, reorient
 
 RESIZES = ("stretch", "cover_crop")
 GRIPPERS = ("as_is", "open_one_to_libero")
@@ -41,7 +42,9 @@ class FastWAMInputs:
     """One input/output convention (see the module docstring for the named ones)."""
 
     name: str = "wam_gym"  # the convention's name, which evaluation protocols check (fastwam_libero: their LIBERO eval)
-    mirror: bool = False  # mirror each camera left to right before anything else
+    # the orientation the model was trained on (envs/orientation.py); the contract's upright frames are turned to it
+    # before anything else (fastwam_libero: mirrored, the field's LIBERO frames)
+    orientation: str = UPRIGHT
     # how a camera frame reaches image_size: stretch (model_frames: bilinear with antialiasing, in float) |
     # cover_crop (PIL bilinear to cover it, centre crop, rounded to uint8: their _center_crop_resize)
     resize: str = "stretch"
@@ -56,6 +59,7 @@ class FastWAMInputs:
     def __post_init__(self) -> None:
         if self.resize not in RESIZES:
             raise ValueError(f"inputs.resize={self.resize!r}: choose one of {RESIZES}")
+        check_orientation(self.orientation, "inputs.orientation")
         if self.gripper not in GRIPPERS:
             raise ValueError(f"inputs.gripper={self.gripper!r}: choose one of {GRIPPERS}")
         if "{task}" not in self.prompt_template:
@@ -65,10 +69,9 @@ class FastWAMInputs:
     # ----------------------------------------------------------------- observation -> model
     def frames(self, pixels: Mapping[str, Any], cameras: Sequence[str], image_size: Sequence[int], batch: int,
                device: torch.device | str | None = None) -> torch.Tensor:
-        """uint8 (B, H, W, 3) per camera -> float32 (B, 3, h, w * cameras) in [-1, 1]."""
-        views = {camera: np.asarray(pixels[camera]) for camera in cameras}
-        if self.mirror:
-            views = {camera: image[:, :, ::-1] for camera, image in views.items()}
+        """Upright uint8 (B, H, W, 3) per camera -> float32 (B, 3, h, w * cameras) in [-1, 1], turned to
+        ``orientation``."""
+        views = {camera: reorient(pixels[camera], UPRIGHT, self.orientation) for camera in cameras}
         if self.resize == "stretch":
             return model_frames(views, cameras, image_size, batch, device)
         height, width = (int(s) for s in image_size)
@@ -143,11 +146,20 @@ def cover_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
 CONVENTIONS = {
     "wam_gym": FastWAMInputs(),
     "fastwam_libero": FastWAMInputs(
-        name="fastwam_libero", mirror=True, resize="cover_crop",
+        name="fastwam_libero", orientation="mirrored", resize="cover_crop",
         prompt_template="A video recorded from a robot's point of view executing the following instruction: {task}",
         clean_prompt=True, gripper="open_one_to_libero", binarize_gripper=True,
     ),
 }
+
+
+def from_saved(data: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's ``inputs`` as this version names them: one written before frame orientations were named
+    says ``mirror: true`` for ``orientation: mirrored``."""
+    data = dict(data)
+    if "mirror" in data:
+        data.setdefault("orientation", "mirrored" if data.pop("mirror") else UPRIGHT)
+    return data
 
 
 def convention(name: str) -> FastWAMInputs:
