@@ -143,6 +143,9 @@ class ModelConfig:
     num_future_frames: int
     action_horizon: int
     vae_micro_batch_size: int | None  # VAE encode/decode in chunks of this many clips; None: whole batch
+    # the benchmark suite (envs.registry name) whose observations it was trained on, None when unknown or several:
+    # the policy server takes it to know what the field's drivers send (MoTConfig: a field; FastWAM: its inputs')
+    suite: str | None
 
     @property
     def latent_frames(self) -> int:
@@ -232,6 +235,8 @@ class MoTConfig(ModelConfig):
     action_dim: int = 4  # action size (training fits it to the dataset)
     action_horizon: int = 16  # actions predicted per model call (one chunk)
     num_future_frames: int = 4  # predicted pixel frames after the current one
+    # the benchmark suite of its training data (training sets it from the dataset's; null: unknown or several)
+    suite: str | None = None
     video_mode: str = "joint"  # joint: denoise future video with the actions; action_only: actions see the current frame only
     # What the video stream denoises: the future latents, or their change from the current frame's latent
     # (predicting no change then copies the current frame, so a small model spends itself on the motion).

@@ -92,6 +92,10 @@ class FastWAMConfig(ModelConfig):
     def crops_frames(self) -> bool:
         return self.inputs.resize == "cover_crop"
 
+    @property
+    def suite(self) -> str | None:
+        return self.inputs.suite
+
     def input_frames(self, pixels, num_images: int, device=None):
         return self.inputs.frames(pixels, self.cameras, self.image_size, num_images, device)
 

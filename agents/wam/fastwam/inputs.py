@@ -42,6 +42,7 @@ class FastWAMInputs:
     """One input/output convention (see the module docstring for the named ones)."""
 
     name: str = "wam_gym"  # the convention's name, which evaluation protocols check (fastwam_libero: their LIBERO eval)
+    suite: str | None = None  # the benchmark suite (envs.registry) its frames and actions are of; null: any
     # the orientation the model was trained on (envs/orientation.py); the contract's upright frames are turned to it
     # before anything else (fastwam_libero: mirrored, the field's LIBERO frames)
     orientation: str = UPRIGHT
@@ -146,7 +147,7 @@ def cover_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
 CONVENTIONS = {
     "wam_gym": FastWAMInputs(),
     "fastwam_libero": FastWAMInputs(
-        name="fastwam_libero", orientation="mirrored", resize="cover_crop",
+        name="fastwam_libero", suite="libero", orientation="mirrored", resize="cover_crop",
         prompt_template="A video recorded from a robot's point of view executing the following instruction: {task}",
         clean_prompt=True, gripper="open_one_to_libero", binarize_gripper=True,
     ),
