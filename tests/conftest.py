@@ -68,6 +68,13 @@ def no_shm_build(monkeypatch):
     os.environ.update(saved)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fingerprint_cache(tmp_path_factory):
+    """The content-fingerprint cache of this session's runs (and their subprocesses), not the user's
+    ~/.cache/wam_gym."""
+    os.environ["WAM_GYM_CACHE"] = str(tmp_path_factory.mktemp("wam_gym_cache"))
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory):
     """A tiny WAM checkpoint with random weights (a few MB; fast on a CPU), and identity

@@ -152,3 +152,23 @@ def test_a_run_that_mixes_settings_or_holds_foreign_records_says_so(tmp_path):
     report = format_report(result)
     assert "B mixes episodes of other settings (resumed with EVALUATION.allow_resume_mismatch=true: ckpt was" in report
     assert "A: 1 record(s) left out: " in report
+
+
+def test_records_of_the_wrong_types_are_named_and_never_counted(tmp_path):
+    """A run against a copy of itself in which six failures read "success": "false" (a string, truthy): counted,
+    they made B 'better'; they are left out, by name, and the two runs agree."""
+    import shutil
+
+    a = make_run(tmp_path / "a", {A_TASK: [True] * 4 + [False] * 16})
+    b = shutil.copytree(a, tmp_path / "b")
+    edited = sorted((b / "episodes").glob("*/*.json"))[4:10]
+    for path in edited:
+        path.write_text(json.dumps({**json.loads(path.read_text()), "success": "false"}))
+    result = compare(a, b)
+    assert (result["overall"]["pairs"], result["overall"]["difference"]) == (14, 0)
+    assert result["overall"]["mcnemar_p"] == 1.0 and result["verdict"].startswith("no significant difference")
+    skipped = result["records_skipped"]["B"]
+    assert sorted(skipped) == [f"corrupt episode record {path} (field 'success' is \"false\" (str), not bool)"
+                               for path in edited]
+    assert all(path.is_file() for path in edited)  # another run's dir: left as it is
+    assert "B: 6 record(s) left out: corrupt episode record" in format_report(result)

@@ -43,6 +43,50 @@ def test_record_json_round_trip_and_unknown_keys():
     assert EpisodeRecord.from_json(json.dumps(data)) == r
 
 
+@pytest.mark.parametrize(("field", "value", "why"), [
+    ("success", "false", 'field \'success\' is "false" (str), not bool'),  # truthy: it counted as a success
+    ("success", 1, "field 'success' is 1 (int), not bool"),
+    ("success", None, "field 'success' is null (NoneType), not bool"),
+    ("trial", True, "field 'trial' is true (bool), not int"),
+    ("steps", 3.0, "field 'steps' is 3.0 (float), not int"),
+    ("task", 7, "field 'task' is 7 (int), not str"),
+    ("model_s", "2.5", 'field \'model_s\' is "2.5" (str), not float or null'),
+    ("extra", [], "field 'extra' is [] (list), not dict"),
+    ("success", ..., "field 'success' is missing"),
+])
+def test_record_fields_must_have_their_types(field, value, why):
+    data = json.loads(_rec().to_json())
+    if value is ...:
+        del data[field]
+    else:
+        data[field] = value
+    with pytest.raises(ValueError) as info:
+        EpisodeRecord.from_json(json.dumps(data))
+    assert str(info.value) == why
+    if value is not ...:
+        with pytest.raises(ValueError, match=re.escape(why)):  # nor is such a record written
+            EpisodeRecord(**data).to_json()
+
+
+def test_a_float_field_takes_an_int_and_an_optional_field_null():
+    data = json.loads(_rec(model_s=2.5).to_json()) | {"reward": 2, "model_s": None, "init_state_id": None}
+    record = EpisodeRecord.from_json(json.dumps(data))
+    assert (record.reward, record.model_s, record.init_state_id) == (2, None, None)
+
+
+def test_a_record_of_the_wrong_types_is_named_and_never_counted(tmp_path, caplog):
+    store = ResultStore(tmp_path)
+    for trial in range(4):
+        store.write(_rec(trial=trial, success=False))
+    bad = store.episode_path(REACH, 1)
+    bad.write_text(json.dumps(json.loads(bad.read_text()) | {"success": "false"}))
+    with caplog.at_level(logging.WARNING, logger="wam_gym.results"):
+        summary = summarize(store.records(), [(REACH, t) for t in range(4)])
+    assert f"corrupt episode record {bad} (field 'success' is \"false\" (str), not bool)" in caplog.text
+    assert (summary["overall"]["episodes"], summary["overall"]["successes"]) == (3, 0) and not summary["complete"]
+    assert store.set_aside == [f"{bad}.corrupt"] and store.missing([(REACH, 1)]) == [(REACH, 1)]  # runs again
+
+
 def test_task_slug_readable_and_injective():
     assert task_slug(SPATIAL3) == "LIBERO-Spatial-v0_3"
     assert task_slug(REACH) == "MetaWorld-reach-v3"

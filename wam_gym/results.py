@@ -19,10 +19,11 @@ import json
 import logging
 import os
 import re
+import types
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from wam_gym.utils.publish import atomic_write_text
 from wam_gym.utils.run_dir import DiskFullError, disk_full_reported
@@ -93,19 +94,54 @@ class EpisodeRecord:
         return (self.task, self.trial)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, default=str)
+        data = asdict(self)
+        _check_schema(data)  # a record that would not read back is refused here, naming its field
+        return json.dumps(data, sort_keys=True, default=str)
 
     @classmethod
     def from_json(cls, text: str) -> EpisodeRecord:
-        """Parse a record; unknown keys are ignored (written by a newer version)."""
+        """Parse a record whose every field has its declared type (ValueError naming the first that
+        has not); unknown keys are ignored (written by a newer version)."""
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"episode record must be a JSON object, got {type(data).__name__}")
+        _check_schema(data)
         known = {f.name for f in fields(cls)}
-        record = cls(**{k: v for k, v in data.items() if k in known})
-        if not isinstance(record.task, str) or not isinstance(record.trial, int):
-            raise ValueError(f"bad task/trial in episode record: {record.task!r}, {record.trial!r}")
-        return record
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _check_schema(data: dict[str, Any]) -> None:
+    """Every field of EpisodeRecord present (or defaulted) with its declared type: a bool is a bool (not
+    1, not "false", which would count as a success), an int is not a bool, a float may be an int, an
+    optional field may be null."""
+    for f in fields(EpisodeRecord):
+        if f.name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ValueError(f"field {f.name!r} is missing")
+            continue
+        value, allowed = data[f.name], _FIELD_TYPES[f.name]
+        if not any(_is_a(value, kind) for kind in allowed):
+            names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in allowed)
+            raise ValueError(f"field {f.name!r} is {json.dumps(value, default=str)} ({type(value).__name__}), "
+                             f"not {names}")
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _types(hint: Any) -> tuple[type, ...]:
+    """``int | None`` -> (int, NoneType); ``dict[str, Any]`` -> (dict,)."""
+    if get_origin(hint) in (Union, types.UnionType):
+        return tuple(t for arg in get_args(hint) for t in _types(arg))
+    return (get_origin(hint) or hint,)
+
+
+_FIELD_TYPES = {name: _types(hint) for name, hint in get_type_hints(EpisodeRecord).items()}
 
 
 def task_slug(task: str) -> str:
@@ -183,8 +219,9 @@ class ResultStore:
         return [p for p in self.episodes_dir.glob("*/*.json") if not p.name.startswith(".")]
 
     def _load(self, path: Path) -> EpisodeRecord | None:
-        """The record in ``path``, or None after moving it aside: an unparsable file to ``*.corrupt``,
-        a record of another episode (a copy under a wrong name) to ``*.mismatched``."""
+        """The record in ``path``, or None after moving it aside: an unparsable file or one whose fields do not
+        have their types (``"success": "false"``) to ``*.corrupt``, a record of another episode (a copy under a
+        wrong name) to ``*.mismatched``."""
         try:
             record = EpisodeRecord.from_json(path.read_text(encoding="utf-8"))
         except FileNotFoundError:  # removed between listing and reading

@@ -12,7 +12,8 @@ limits and spaces) exactly when their protocols agree; then their outcomes can b
 - ``observed``: per task, what its env turned out to be when an actor first built it: the action
   space (dtype, shape, bounds), each camera's image shape, the state's shape.
 - ``agent``: what acted: the agent kind and, for a WAM, its checkpoint's and statistics' content
-  hashes and the inference settings that change actions (a policy's import path, a server's protocol).
+  hashes (every byte, wam_gym/utils/fingerprint.py) and the inference settings that change actions;
+  for a Python policy its import string and its code's content hash; for a server, its protocol.
 
 A resumed run must match all three (``EVALUATION.allow_resume_mismatch=true`` resumes anyway and
 results.json records the differences); ``compare`` requires ``protocol`` and ``observed`` to match
@@ -38,6 +39,7 @@ from envs.registry import suite_of
 from wam_gym.eval import protocols
 from wam_gym.eval.errors import EvalError, ResumeMismatch
 from wam_gym.results import space_checked
+from wam_gym.utils.fingerprint import checkpoint_fingerprint, file_sha256, python_fingerprint
 from wam_gym.utils.run_dir import and_more, read_record, write_record
 
 logger = logging.getLogger(__name__)
@@ -53,7 +55,6 @@ SEED_RULE = ("trial k resets its env with seed EVALUATION.seed + k (and, where a
              "its sampling noise derives from that seed")
 # Inference knobs that change actions (cross-KV reuse, compile, video decoding do not).
 INFERENCE_FIELDS = ("sampler", "num_inference_steps", "shift", "action_horizon", "replan_steps", "video_mode")
-_SAMPLES, _SAMPLE_BYTES = 64, 4096  # spread reads of a weights file: cheap, and any retraining changes them
 
 
 # ----------------------------------------------------------------- the parts
@@ -104,11 +105,10 @@ def agent_identity(config, ckpt: Path | None, stats: Path | None) -> dict[str, A
     identity: dict[str, Any] = {"EVALUATION.agent": ev.agent}
     if ev.agent == "wam":
         identity["ckpt"] = {"path": str(ckpt), "fingerprint": checkpoint_fingerprint(ckpt)}
-        identity["EVALUATION.dataset_stats_path"] = {
-            "path": str(stats), "fingerprint": hashlib.sha256(stats.read_bytes()).hexdigest()}
+        identity["EVALUATION.dataset_stats_path"] = {"path": str(stats), "fingerprint": file_sha256(stats)}
         identity.update({f"EVALUATION.{name}": getattr(ev, name) for name in INFERENCE_FIELDS})
     elif ev.agent == "python":
-        identity["EVALUATION.policy"] = ev.policy
+        identity["EVALUATION.policy"] = {"spec": ev.policy, "fingerprint": python_fingerprint(ev.policy)}
     elif ev.agent == "remote":  # not the url: a server moves, and the url never said which model it serves
         identity.update({"EVALUATION.remote_protocol": ev.remote_protocol, "EVALUATION.remote_keys": ev.remote_keys})
     return _as_stored(identity)
@@ -141,21 +141,6 @@ def _as_stored(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))  # as it reads back from the file
 
 
-def file_fingerprint(path: Path) -> str:
-    """A content hash of a safetensors file read at a few places: its header (names, shapes,
-    dtypes) and 64 samples spread over the data. Stable under copies and moves, unlike mtimes."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    h.update(str(size).encode())
-    with open(path, "rb") as f:
-        header_len = int.from_bytes(f.read(8), "little")
-        h.update(f.read(min(header_len, 1 << 20)))
-        for i in range(_SAMPLES):
-            f.seek(size * i // _SAMPLES)
-            h.update(f.read(_SAMPLE_BYTES))
-    return h.hexdigest()
-
-
 MIXED = "resumed_despite"  # protocol.json: differences EVALUATION.allow_resume_mismatch let a resume pass
 
 
@@ -163,15 +148,6 @@ def episode_seed(record: dict[str, Any]) -> int | None:
     """The seed trial k's record must carry, minus k: the record's EVALUATION.seed; None (no check) once a resume
     was allowed to mix settings, whose episodes may carry another."""
     return None if record.get(MIXED) else record.get("protocol", {}).get("EVALUATION.seed")
-
-
-def checkpoint_fingerprint(ckpt: Path) -> str:
-    """Its wam_config.json and every weights file (LoRA adapters included)."""
-    h = hashlib.sha256((ckpt / "wam_config.json").read_bytes())
-    for path in sorted(ckpt.rglob("*.safetensors")):
-        h.update(path.relative_to(ckpt).as_posix().encode())
-        h.update(file_fingerprint(path).encode())
-    return h.hexdigest()
 
 
 # ----------------------------------------------------------------- comparing two records
@@ -212,14 +188,15 @@ def _legacy_differences(legacy: dict[str, Any], now: dict[str, Any]) -> list[dic
 
 
 def _key(value: Any) -> Any:
-    """What is compared: content fingerprints, not paths."""
+    """What is compared: content fingerprints, not paths (a policy's import string is in its fingerprint)."""
     return value["fingerprint"] if isinstance(value, dict) and "fingerprint" in value else value
 
 
 def show(value: Any) -> str:
     if isinstance(value, dict) and "fingerprint" in value:
         content = f"content {value['fingerprint'][:12]}"
-        return f"{value['path']} ({content})" if value.get("path") else f"({content})"
+        named = value.get("path") or value.get("spec")  # a file's path, a policy's import string
+        return f"{named} ({content})" if named else f"({content})"
     return json.dumps(value)
 
 
