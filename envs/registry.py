@@ -44,6 +44,9 @@ class Suite:
     max_steps_by_id: Mapping[str, int] = field(default_factory=dict)
     settle_steps: int = 0  # no-op steps a reset runs before the first observation (objects drop into place)
     image_orientation: str = "upright"  # how its cameras' frames are stored (every suite renders upright)
+    # how the field's drivers for this benchmark turn its frames (envs/orientation.py): what openpi's and vla-eval's
+    # clients send a policy server, read from their code; the policy server turns them upright from it
+    driver_frames: str = "upright"
     lazy_pixels: bool = True  # its envs take lazy_pixels=True (render only when asked; envs/contract.py)
 
     @property
@@ -82,6 +85,14 @@ def suite_of(env_id_: str) -> Suite:
     raise UnknownEnvError(
         f"unknown env id {env_id_!r}.{hint} List every id with: python -m wam_gym.envs list"
     )
+
+
+def suite_named(name: str, knob: str = "suite") -> Suite:
+    """The suite called ``name`` (Suite.name: libero, metaworld, ...), or a one-line error naming ``knob``."""
+    by_name = {suite.name: suite for suite in suites()}
+    if name not in by_name:
+        raise ValueError(f"{knob}={name!r} is not a suite: choose one of {sorted(by_name)}")
+    return by_name[name]
 
 
 def register_envs() -> None:

@@ -1,7 +1,8 @@
 """Policies for the server tests, built inside model workers (the tests put this folder on PYTHONPATH).
 
-Each answers from the state alone, so a test knows every action to expect; a stand-in's predict
-sleeps for "device time" and uses no CPU.
+The state policies answer from the state alone, so a test knows every action to expect; a stand-in's
+predict sleeps for "device time" and uses no CPU. The marker policies answer from where a bright pixel
+arrived in each frame: the orientation tests' eyes inside the server.
 """
 
 import os
@@ -36,3 +37,50 @@ def make_gated(device: str) -> StatePolicy:
     while not Path(os.environ["WAM_TEST_GATE"]).exists():
         time.sleep(0.05)
     return StatePolicy()
+
+
+class MarkerPolicy:
+    """Says where each camera's brightest pixel is in the frame the server hands the model: chunk k of a
+    row is ``[row / H, col / W]`` per camera, in the model's camera order. An orientation test sends a frame
+    with one bright marker and reads where it arrived."""
+
+    action_horizon = HORIZON
+
+    def __init__(self, cameras):
+        self.cameras = cameras
+
+    def predict(self, obs, noise_seeds=None):
+        where = []
+        for camera in self.cameras:
+            images = np.asarray(obs["pixels"][camera]).sum(axis=-1)  # (B, H, W)
+            _, height, width = images.shape
+            flat = images.reshape(len(images), -1).argmax(axis=1)
+            where += [flat // width / height, flat % width / width]
+        return {"actions": np.repeat(np.stack(where, axis=1)[:, None, :], HORIZON, axis=1).astype(np.float32)}
+
+
+def make_marker(device: str) -> MarkerPolicy:
+    return MarkerPolicy(os.environ.get("WAM_TEST_CAMERAS", "agentview,robot0_eye_in_hand").split(","))
+
+
+class FramesProbe(MarkerPolicy):
+    """Saves the frames a FastWAM of input convention WAM_TEST_CONVENTION (agents/wam/fastwam/inputs.py) would
+    be fed, (B, 3, h, w * cameras) float32, to WAM_TEST_PROBE_DIR/<call>.npy, at WAM_TEST_IMAGE_SIZE pixels a
+    camera; answers as MarkerPolicy."""
+
+    def __init__(self, cameras):
+        from agents.wam.fastwam.inputs import convention
+
+        super().__init__(cameras)
+        self.inputs, self.calls = convention(os.environ["WAM_TEST_CONVENTION"]), 0
+        self.size = int(os.environ.get("WAM_TEST_IMAGE_SIZE", "224"))
+
+    def predict(self, obs, noise_seeds=None):
+        frames = self.inputs.frames(obs["pixels"], self.cameras, (self.size, self.size), len(obs["state"]))
+        np.save(Path(os.environ["WAM_TEST_PROBE_DIR"]) / f"{self.calls}.npy", frames.numpy())
+        self.calls += 1
+        return super().predict(obs, noise_seeds)
+
+
+def make_frames_probe(device: str) -> FramesProbe:
+    return FramesProbe(os.environ.get("WAM_TEST_CAMERAS", "agentview,robot0_eye_in_hand").split(","))

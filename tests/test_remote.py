@@ -106,8 +106,9 @@ def test_openpi_framing_keys_noise_seed_and_api_key(openpi_server):
     assert first.actions[:, 0, 0].tolist() == [noise_seed(11, 0, 0), noise_seed(11, 0, 1)]  # a row each
     assert second.actions[0, 0, 0] == noise_seed(11, 1)
     request = server.requests[0]
-    assert sorted(request) == ["noise_seed", "observation/image", "observation/state", "observation/wrist_image",
-                               "prompt"]
+    assert sorted(request) == ["image_orientation", "noise_seed", "observation/image", "observation/state",
+                               "observation/wrist_image", "prompt"]
+    assert request["image_orientation"] == "upright"  # how a task of no suite's sends its frames (Meta-World's too)
     assert request["observation/wrist_image"][0, 0, 0] == 1 and request["prompt"] == "reach"
     assert request["observation/state"].dtype == np.float32
     assert server.headers == ["Api-Key s3cret"]
@@ -186,7 +187,10 @@ def test_python_policy_runs_through_the_broker(tmp_path, importable_tests):
     for r in done.values():  # the cost columns: the workers' time for each request, the policy's denoising steps
         assert r["model_calls"] == -(-STEPS // 4) == r["denoise_steps"] and r["model_s"] > 0
     saved = json.loads((out / "results.json").read_text())
-    assert saved["protocol"]["agent"]["EVALUATION.policy"] == "tests.example_policy:make_policy"
+    from wam_gym.utils.fingerprint import python_fingerprint
+
+    policy = "tests.example_policy:make_policy"  # and the content of its code (tests/)
+    assert saved["protocol"]["agent"]["EVALUATION.policy"] == {"spec": policy, "fingerprint": python_fingerprint(policy)}
 
 
 class VlaEvalServer:
@@ -272,7 +276,8 @@ def test_vla_eval_model_server_runs_every_episode(tmp_path, vla_eval_server):
     calls = server.events("predict")  # chunks of 4, one action served per step: ceil(10 / 4) calls an episode
     assert len(calls) == 2 * 3 and calls[0]["cameras"] == ["corner", "gripperPOV"]
     # each input under the first of its default keys: vla-eval's recommended ones, which its model servers all read
-    assert calls[0]["keys"] == ["images", "state", "task_description"]
+    # and how its frames are turned (our extension; its model servers ignore it): Meta-World's drivers send them upright
+    assert calls[0]["keys"] == ["image_orientation", "images", "state", "task_description"]
 
 
 def test_server_killed_mid_episode_and_restarted_costs_a_retry_not_a_failure(tmp_path, vla_eval_server):

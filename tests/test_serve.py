@@ -330,7 +330,7 @@ def test_health_waits_for_the_model_and_the_api_key_gates_the_rest(tmp_path):
         for ws in (connect(f"ws://127.0.0.1:{port}", additional_headers={"Authorization": "Api-Key s3cret"}),
                    connect(f"ws://127.0.0.1:{port}/?api_key=s3cret")):  # vla-eval's Connection sends no headers
             with ws:
-                assert unpack(ws.recv())["agent"] == "python"
+                assert unpack(ws.recv())["model"]["EVALUATION.agent"] == "python"
                 ws.send(pack_openpi(obs))
                 np.testing.assert_array_equal(unpack(ws.recv())["actions"], 1 + np.arange(4, dtype=np.float32)[:, None]
                                               * np.ones(3, np.float32))
@@ -486,7 +486,7 @@ def test_idle_and_half_frame_clients_are_closed_and_their_places_freed(tmp_path)
         assert closed.value.rcvd.code == 1000 and "SERVE.idle_timeout_s" in closed.value.rcvd.reason
         assert _closed(half)
         with connect(f"ws://127.0.0.1:{port}") as ws:  # the places are free again
-            assert unpack(ws.recv(timeout=30))["agent"] == "python"
+            assert unpack(ws.recv(timeout=30))["model"]["EVALUATION.agent"] == "python"
         assert stats(port)["closed_idle"] == 2
 
 

@@ -18,6 +18,11 @@ first; a server reads the first one the observation has, as vla-eval's own model
 ``SERVE.openpi_keys`` / ``SERVE.vla_eval_keys`` (the server) and ``EVALUATION.remote_keys`` (our
 harness as a client) replace them with one key each, e.g. ``'SERVE.vla_eval_keys={state: proprio}'``;
 inputs not named keep their default.
+
+Frames cross here too: the contract's are upright, a wire's are as its client turned them
+(envs/orientation.py). :func:`to_wire` turns them as asked and says so under ``image_orientation``
+(our extension: other servers ignore it); :func:`to_contract` turns them upright from what the
+observation says, else from what the server takes its client to send (wam_gym/serve/frames.py).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.orientation import ORIENTATIONS, UPRIGHT, reorient, to_upright
 from envs.protocol import INSTRUCTION, PIXELS, STATE
 from wam_gym.wire import OPENPI, PROTOCOLS, VLA_EVAL
 
@@ -41,6 +47,7 @@ VLA_EVAL_CAMERAS = {"robot0_eye_in_hand": "wrist"}
 # vla-eval's state keys: its recommended one, then what its benchmarks send (LIBERO, RoboCasa: states; RoboTwin:
 # joint_state). The first is what our client sends: every vla-eval model server that takes a state reads it.
 VLA_EVAL_STATE = ("state", "states", "joint_state")
+ORIENTATION_KEY = "image_orientation"  # an observation's own word on how its frames are turned
 
 
 def vla_eval_camera(camera: str) -> str:
@@ -73,13 +80,17 @@ def key_map(protocol: str, cameras: Sequence[str], overrides: Mapping[str, str] 
 
 
 def to_contract(wire: Any, keys: Mapping[str, Sequence[str]], knob: str = "the key map",
-                hints: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """One client observation -> one contract observation (a row), every input checked. A missing input's
-    error names both fixes: ``hints[contract key]`` (how the client is made to send it; else "send it")
-    and the knob ``knob``."""
+                hints: Mapping[str, str] | None = None, frames: str = UPRIGHT) -> dict[str, Any]:
+    """One client observation -> one contract observation (a row), every input checked, its frames turned
+    upright from ``image_orientation`` when it has one, else from ``frames``. A missing input's error names
+    both fixes: ``hints[contract key]`` (how the client is made to send it; else "send it") and the knob ``knob``."""
     if not isinstance(wire, Mapping):
         raise ObservationError(f"an observation must be a dict, got {type(wire).__name__}")
     hints = hints or {}
+    frames = wire.get(ORIENTATION_KEY, frames)
+    if not isinstance(frames, str) or frames not in ORIENTATIONS:
+        raise ObservationError(f"{ORIENTATION_KEY}={frames!r} is not a frame orientation: send one of "
+                               f"{sorted(ORIENTATIONS)}, or leave it out")
     pixels = {}
     for contract, names in keys.items():
         if contract.startswith(f"{PIXELS}."):
@@ -87,7 +98,7 @@ def to_contract(wire: Any, keys: Mapping[str, Sequence[str]], knob: str = "the k
             name, image = _lookup(wire, names, contract, knob, hints.get(contract))
             if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
                 raise ObservationError(f"{name!r} (camera {camera}) must be a uint8 (H, W, 3) image, got {_describe(image)}")
-            pixels[camera] = image
+            pixels[camera] = to_upright(image, frames)
     name, state = _lookup(wire, keys[STATE], STATE, knob, hints.get(STATE))
     if not (isinstance(state, np.ndarray) and state.ndim == 1 and state.dtype.kind in "biuf"):
         raise ObservationError(f"{name!r} (state) must be a 1-D numeric array, got {_describe(state)}")
@@ -97,11 +108,15 @@ def to_contract(wire: Any, keys: Mapping[str, Sequence[str]], knob: str = "the k
     return {PIXELS: pixels, STATE: state.astype(np.float32), INSTRUCTION: instruction}
 
 
-def to_wire(obs: Mapping[str, Any], keys: Mapping[str, Sequence[str]]) -> dict[str, Any]:
-    """One contract observation -> what a client of the protocol sends (each input under its first wire key)."""
-    wire: dict[str, Any] = {}
+def to_wire(obs: Mapping[str, Any], keys: Mapping[str, Sequence[str]], frames: str = UPRIGHT) -> dict[str, Any]:
+    """One contract observation -> what a client of the protocol sends (each input under its first wire key),
+    its frames turned to ``frames`` and said so under ``image_orientation``."""
+    wire: dict[str, Any] = {ORIENTATION_KEY: frames}
     for contract, names in keys.items():
-        value = obs[PIXELS][contract[len(PIXELS) + 1:]] if contract.startswith(f"{PIXELS}.") else obs[contract]
+        if contract.startswith(f"{PIXELS}."):
+            value = reorient(obs[PIXELS][contract[len(PIXELS) + 1:]], UPRIGHT, frames)
+        else:
+            value = obs[contract]
         if contract == STATE:
             value = np.asarray(value, dtype=np.float32)
         *parents, leaf = names[0].split(".")

@@ -13,7 +13,11 @@ Failures fall in two kinds, because they call for opposite handling:
 - :class:`PolicyServerError`: the server answered with an error (an observation it refuses,
   a malformed answer, a rejected api key). Rerunning would fail the same way: the run stops.
 
-Frames are decoded only by wam_gym.wire (msgpack, never pickle).
+Frames go out turned as the field's drivers for the task's suite turn them (LIBERO: mirrored, as
+openpi's and vla-eval's LIBERO clients send; ``EVALUATION.remote_frames`` sets another), so any
+server trained on the field's frames reads them right, and each observation says how under
+``image_orientation``, which wam_gym.serve reads. Frames are decoded only by wam_gym.wire
+(msgpack, never pickle).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import numpy as np
 
 from agents.policy import ModelCost, Prediction, as_prediction
 from agents.predictor import Predictor
+from envs.orientation import UPRIGHT
 from envs.protocol import INSTRUCTION, PIXELS, batch_size, take_row
+from envs.registry import suite_of
 from wam_gym import __version__
 from wam_gym.keymap import key_map, to_wire
 from wam_gym.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, Message, WireError, as_message, pack_openpi, unpack
@@ -56,10 +62,14 @@ class RemoteSettings:
     timeout_s: float = 300.0  # longest wait for one answer, and for an unreachable server
     # what the server said it serves when the run began (served_model); a later connection to another is refused
     expected_model: Any = None
+    frames: dict[str, str] = field(default_factory=dict)  # {task name: how its frames are turned when sent}
 
     @classmethod
-    def from_evaluation(cls, ev) -> RemoteSettings:
-        return cls(ev.remote_url, ev.remote_protocol, dict(ev.remote_keys), ev.remote_api_key, ev.remote_timeout_s)
+    def from_evaluation(cls, ev, tasks=()) -> RemoteSettings:
+        """The knobs, and how each of ``tasks`` (wam_gym.eval.tasks.Task) sends its frames."""
+        frames = {task.name: ev.remote_frames or suite_of(task.env_id).driver_frames for task in tasks}
+        return cls(ev.remote_url, ev.remote_protocol, dict(ev.remote_keys), ev.remote_api_key, ev.remote_timeout_s,
+                   frames=frames)
 
 
 class RemotePolicy(Predictor):
@@ -74,6 +84,7 @@ class RemotePolicy(Predictor):
         self._seq = 0
         self._keys: dict[tuple[str, ...], dict[str, tuple[str, ...]]] = {}  # per camera tuple
         self._task, self._started = None, False
+        self._frames = UPRIGHT  # how this episode's frames go out (settings.frames of its task)
         # The server's own model time, when it reports one (openpi's server_timing.infer_ms); else None.
         self.cost = ModelCost()
 
@@ -91,6 +102,7 @@ class RemotePolicy(Predictor):
         """Connect (again) if needed: a server that stays away raises PolicyServerLost."""
         super().begin_episode(seed, task)
         self._task, self._started = task, False
+        self._frames = self.settings.frames.get(task, UPRIGHT)
         self._connect()
 
     def end_episode(self, success: bool) -> None:
@@ -126,7 +138,7 @@ class RemotePolicy(Predictor):
         return seeds
 
     def _ask(self, row: dict[str, Any], seed: int) -> Prediction:
-        wire = to_wire(row, self._key_map(row))
+        wire = to_wire(row, self._key_map(row), self._frames)
         if self.settings.protocol == OPENPI:
             wire["noise_seed"] = seed  # our extension: wam_gym.serve samples with it, other servers ignore it
             self._send(pack_openpi(wire))

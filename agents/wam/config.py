@@ -156,6 +156,11 @@ class ModelConfig:
     # A model reads observations and writes actions the way it was trained to; these say how. The MoT's
     # are wam_gym's own (as training.collect records an env); FastWAM's are its checkpoint's ``inputs``.
     @property
+    def input_convention(self) -> str:
+        """The name of its input/output convention (evaluation protocols name the one they need)."""
+        return "wam_gym"
+
+    @property
     def crops_frames(self) -> bool:
         """Whether the model's input convention crops and scales every frame itself (any render size is then fine)."""
         return False

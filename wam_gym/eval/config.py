@@ -20,6 +20,7 @@ from typing import Any
 from agents.factory import CHUNK_AGENTS
 from agents.realtime import Latency
 from agents.wam.inference_config import InferenceConfig
+from envs.orientation import check_orientation
 from wam_gym.eval import protocols
 from wam_gym.model_call import MODEL_CALL_RANGES, MODEL_WORKERS_RANGES, ModelCallConfig, ModelWorkersConfig
 from wam_gym.utils.ranges import Range, check_ranges
@@ -34,6 +35,9 @@ class EvaluationConfig(ModelCallConfig):
     remote_keys: dict[str, str] = field(default_factory=dict)  # agent=remote: {contract key: wire key} (wam_gym/keymap.py)
     remote_api_key: str | None = None  # agent=remote: sent as openpi's "Authorization: Api-Key" header
     remote_timeout_s: float = 300.0  # agent=remote: longest wait for one answer, and for the server to come back
+    # agent=remote: how frames are turned when sent (envs/orientation.py), and said so; null: as the field's drivers
+    # for the task's suite turn them (LIBERO: mirrored, as openpi's and vla-eval's LIBERO clients send)
+    remote_frames: str | None = None
     # predicted future frames vs the frames the env then renders (PSNR/SSIM, and the copy-the-current-frame
     # baseline's; wam_gym/eval/imagination.py). null: when the frames are decoded anyway (visualize_future_video,
     # a joint-video model); true: decode them for it (agent=wam, joint models; costs a VAE decode per model call)
@@ -80,6 +84,8 @@ class EvaluationConfig(ModelCallConfig):
         if self.render not in RENDER_MODES:
             raise ValueError(f"EVALUATION.render={self.render!r}: choose one of {', '.join(RENDER_MODES)}")
         check_ranges(self, "EVALUATION", EPISODE_RANGES)
+        if self.remote_frames is not None:
+            check_orientation(self.remote_frames, "EVALUATION.remote_frames")
         protocols.named(self.protocol)  # a known name (what it fixes is applied by EvalConfig, which has env_kwargs)
 
     def latency(self) -> Latency | None:

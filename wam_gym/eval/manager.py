@@ -322,7 +322,7 @@ class EvalManager:
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
             video_camera=ev.video_camera, video_fps=ev.video_fps, video_stride=ev.video_stride,
             lazy_pixels=ev.render == "needed", latency=ev.latency(),
-            remote=dataclasses.replace(RemoteSettings.from_evaluation(ev), expected_model=self.server_model)
+            remote=dataclasses.replace(RemoteSettings.from_evaluation(ev, self.tasks), expected_model=self.server_model)
             if ev.agent == "remote" else None,
             imagination=self.imagination,
         )

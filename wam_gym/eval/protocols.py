@@ -126,6 +126,12 @@ def named(name: str | None) -> EvalProtocol | None:
     return PROTOCOLS[name]
 
 
+def of_convention(convention: str | None) -> EvalProtocol | None:
+    """The protocol a checkpoint of input convention ``convention`` was made for (FastWAM's LIBERO release:
+    fastwam_libero), None when no protocol names it: the policy server serves such a checkpoint by it."""
+    return next((p for p in PROTOCOLS.values() if convention is not None and p.model_inputs == convention), None)
+
+
 def _benchmark_of(env_id: str) -> str:
     """The key a protocol's per-suite figures use: a LIBERO id's base benchmark (libero_spatial), else the id."""
     suite = suite_of(env_id)

@@ -16,6 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from wam_gym.utils.cli import fail, run_hydra
 
+logger = logging.getLogger("wam_gym.serve")
+
 
 def register_schema() -> None:
     """The structured config serve.yaml builds on (only when run as a command: the model workers,
@@ -35,24 +37,47 @@ def build_server(config):
     from wam_gym.serve.hello import ServedModel
     from wam_gym.serve.server import PolicyServer
 
-    ev, cameras = config.EVALUATION, config.SERVE.cameras
+    ev, s = config.EVALUATION, config.SERVE
     ckpt = stats = None
     if ev.agent == "wam":
         ckpt, model, stats = preflight.wam_checkpoint(config.ckpt, ev)
-        served = ServedModel(tuple(cameras or model.cameras), model.state_dim, model.action_dim)
+        protocol = serve_by_protocol(ev, model.input_convention)
+        served = ServedModel(tuple(s.cameras or model.cameras), model.state_dim, model.action_dim, name=ckpt.name,
+                             suite=s.suite or model.suite, convention=model.input_convention, protocol=protocol)
     else:
         preflight.check_python_policy(ev)
-        if not cameras:
+        if not s.cameras:
             raise ValueError("EVALUATION.agent=python needs SERVE.cameras=[...]: the cameras your policy takes, in order")
-        served = ServedModel(tuple(cameras))  # its sizes are known only once it answers
+        served = ServedModel(tuple(s.cameras), name=ev.policy, suite=s.suite)  # its sizes: known once it answers
     broker = InferenceBroker(policy_factory(ev, config.MULTIRUN.prompt_cache_size, ckpt, stats), config.MULTIRUN)
     try:
         server_version = version("wam_gym")
     except PackageNotFoundError:
         server_version = "unknown"
-    metadata = {"server": "wam_gym.serve", "server_version": server_version, "agent": ev.agent,
-                "checkpoint": str(ckpt) if ckpt else ev.policy, "model": served_identity(config, ckpt, stats)}
-    return PolicyServer(config, broker, served, metadata)
+    return PolicyServer(config, broker, served, served_identity(config, ckpt, stats), server_version)
+
+
+def serve_by_protocol(ev, convention: str) -> str | None:
+    """A checkpoint made for an evaluation protocol (its input convention names it: FastWAM's LIBERO release) is
+    served by that protocol's chunk rules (fastwam_libero: its chunk of 32 replanned every 10, 10 denoising
+    steps) where the user left the knob at its default; a knob set otherwise wins, with a warning. Returns the
+    protocol's name (None: no protocol)."""
+    from wam_gym.eval.protocols import of_convention
+    from wam_gym.model_call import ModelCallConfig
+
+    protocol = of_convention(convention)
+    if protocol is None:
+        return None
+    defaults = ModelCallConfig()
+    for knob in ("replan_steps", "action_horizon", "num_inference_steps"):
+        value, fixed = getattr(ev, knob), getattr(protocol, knob)
+        if value == getattr(defaults, knob):
+            setattr(ev, knob, fixed)
+        elif value != fixed:
+            logger.warning("EVALUATION.%s=%s departs from %s's %s: served as you set it", knob, value, protocol.name, fixed)
+    logger.info("serving by the %s protocol: replan_steps=%s, action_horizon=%s (null: the model's), "
+                "num_inference_steps=%s", protocol.name, ev.replan_steps, ev.action_horizon, ev.num_inference_steps)
+    return protocol.name
 
 
 def served_identity(config, ckpt, stats) -> dict:

@@ -13,8 +13,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from envs.orientation import check_orientation
+from envs.registry import suite_named
 from wam_gym.model_call import ModelCallConfig, ModelWorkersConfig
 from wam_gym.policies import SERVED_AGENTS
+from wam_gym.serve.frames import AUTO
 from wam_gym.utils.ranges import Range, check_ranges
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -36,11 +39,19 @@ class ServeSettings:
     ping_interval_s: float | None = 20.0  # keep-alive pings; a peer that stops answering them is dropped; null: none
     ping_timeout_s: float = 20.0  # how long a ping may go unanswered before the connection counts as dead
     cameras: list[str] | None = None  # the model's cameras, in order; null: the checkpoint's (needed for agent=python)
+    # how clients' frames are turned (upright | mirrored | upside_down | rotated_180, envs/orientation.py) when their
+    # observations do not say; auto: as the field's drivers send them (a vla-eval client's benchmark, else SERVE.suite's)
+    client_frames: str = "auto"
+    suite: str | None = None  # the benchmark suite the model was trained on (libero, ...); null: the checkpoint's
     openpi_keys: dict[str, str] = field(default_factory=dict)  # {contract key: openpi key} over the defaults (keymap.py)
     vla_eval_keys: dict[str, str] = field(default_factory=dict)  # {contract key: vla-eval key} over the defaults
 
     def __post_init__(self) -> None:
         check_ranges(self, "SERVE", SERVE_RANGES)
+        if self.client_frames != AUTO:
+            check_orientation(self.client_frames, "SERVE.client_frames")
+        if self.suite is not None:
+            suite_named(self.suite, "SERVE.suite")
 
 
 SERVE_RANGES = {  # every numeric SERVE knob

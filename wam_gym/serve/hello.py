@@ -1,4 +1,10 @@
-"""What the greeting tells vla-eval's runner the served model needs (fields of its HELLO reply).
+"""What the server's greeting says: what the model expects (:func:`greeting_metadata`, both protocols),
+and what vla-eval's runner reads to configure itself (:func:`hello_fields`, its HELLO reply only).
+
+The metadata names the model (its checkpoint folder's name or the policy's import path, and a
+fingerprint of its weights, statistics and the settings that change its actions; never a path of the
+server's machine), the evaluation protocol it is served by, the frames the server takes clients to send
+(wam_gym/serve/frames.py), its chunk and replan count, its cameras, state and action sizes.
 
 vla-eval's runner (``vla-eval run``: ``vla_eval.orchestrator``, 0.8) connects, sends HELLO and
 reads three fields of the model server's reply before it builds its benchmark:
@@ -20,11 +26,16 @@ vla-eval (tests/test_serve.py reads them with vla-eval's own classes).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
+from envs.header import header_doc, labelled
 from envs.protocol import PIXELS, STATE
+from envs.registry import suite_named
 from wam_gym.keymap import vla_eval_camera
+from wam_gym.serve.frames import ClientFrames
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,32 @@ class ServedModel:
     cameras: tuple[str, ...]  # in the model's order
     state_dim: int | None = None  # None: not known before the model runs (EVALUATION.agent=python)
     action_dim: int | None = None
+    name: str = ""  # its checkpoint folder's name, or the policy's import path
+    suite: str | None = None  # the suite it was trained on (the checkpoint's, or SERVE.suite); None: unknown
+    convention: str | None = None  # its input convention (wam_gym, fastwam_libero); None: the policy's own
+    protocol: str | None = None  # the evaluation protocol it is served by (wam_gym/eval/protocols.py); None: none
+
+
+def greeting_metadata(model: ServedModel, identity: dict[str, Any], frames: ClientFrames) -> dict[str, Any]:
+    """The greeting's description of the model, before it loads (the server adds action_horizon and
+    replan_steps once it has). ``identity``: what an evaluation records of it, paths left out."""
+    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return {
+        "model": {"name": model.name, "fingerprint": fingerprint, **identity},
+        "protocol": model.protocol,
+        "frames": {**frames.greeting(), "model_convention": model.convention},
+        "suite": model.suite,
+        "cameras": list(model.cameras),
+        "state": {"dim": model.state_dim, "layout": _state_layout(model.suite)},
+        "action_dim": model.action_dim,
+    }
+
+
+def _state_layout(suite: str | None) -> str | None:
+    """The suite header's ``State`` line (LIBERO: end-effector position (3), axis-angle (3), gripper qpos (2))."""
+    if suite is None:
+        return None
+    return labelled(header_doc(suite_named(suite)), "State") or None
 
 
 def runner_params(cameras: tuple[str, ...]) -> dict[str, dict[str, bool]]:

@@ -29,6 +29,7 @@ in flight finish (SERVE.drain_s), close every connection and every model worker,
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import hmac
@@ -46,9 +47,10 @@ import websockets
 from websockets.asyncio.server import serve
 
 from wam_gym.broker import BrokerError, InferenceBroker, RemoteInferenceError, StartCancelled
-from wam_gym.keymap import key_map, to_contract
+from wam_gym.keymap import ORIENTATION_KEY, key_map, to_contract
 from wam_gym.serve.config import LOOPBACK, ServeConfig
-from wam_gym.serve.hello import ServedModel, hello_fields, runner_hints
+from wam_gym.serve.frames import ClientFrames, FrameSource
+from wam_gym.serve.hello import ServedModel, greeting_metadata, hello_fields, runner_hints
 from wam_gym.wire import OPENPI, VLA_EVAL, Message, WireError, as_message, greeting, pack_openpi, unpack
 
 logger = logging.getLogger(__name__)
@@ -61,13 +63,16 @@ class ClientError(ValueError):
 
 
 class Session:
-    """One connection: its broker client, its protocol and (vla-eval) its episode's action queue.
-    ``handle`` blocks on the model, so the server calls it on a thread; one frame at a time."""
+    """One connection: its broker client, its protocol, how its frames are turned (wam_gym/serve/frames.py)
+    and (vla-eval) its episode's action queue. ``handle`` blocks on the model, so the server calls it on a
+    thread; one frame at a time."""
 
     def __init__(self, server: PolicyServer, session_id: int):
         self.server, self.id = server, session_id
         self.client = server.broker.client(session_id)
         self.protocol: str | None = None
+        self.frames: FrameSource = server.frames.default()  # a vla-eval HELLO may name its benchmark's instead
+        self._frames_counted = False
         self.agent = None  # vla-eval: a ChunkQueueAgent on this session's client, its chunk queue per episode
         self._begin(None)
 
@@ -102,9 +107,21 @@ class Session:
             return Message("error", {"error": text}, message.seq if message else 0).pack(), close
         return text, True  # openpi: a text frame, then the connection closes
 
+    def _contract(self, obs: Any, protocol: str, hints: dict[str, str] | None = None) -> dict[str, Any]:
+        """A wire observation as a contract row, its frames upright; the first one's orientation is counted
+        (GET /stats ``frames``) and logged."""
+        row = to_contract(obs, self.server.keys[protocol], KNOBS[protocol], hints, self.frames.orientation)
+        if not self._frames_counted:
+            self._frames_counted = True
+            said = obs.get(ORIENTATION_KEY)
+            taken = f"{said} (the observation says so)" if said else f"{self.frames.orientation} ({self.frames.because})"
+            self.server.stats["frames"][said or self.frames.orientation] += 1
+            logger.info("session %d (%s): frames taken as %s", self.id, protocol, taken)
+        return row
+
     # ----------------------------------------------------------------- openpi
     def _openpi(self, obs: Any) -> bytes:
-        row = to_contract(obs, self.server.keys[OPENPI], KNOBS[OPENPI])
+        row = self._contract(obs, OPENPI)
         seed = obs.get("noise_seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ClientError(f"noise_seed={seed!r} must be a non-negative int")
@@ -123,11 +140,13 @@ class Session:
 
     # ----------------------------------------------------------------- vla-eval
     def _vla_eval(self, message: Message) -> bytes | None:
-        if message.type == "episode_start":
+        if message.type == "hello":  # its benchmark says how its frames are turned
+            self.frames = self.server.frames.for_benchmark(message.payload.get("benchmark"))
+        elif message.type == "episode_start":
             self._begin(message.payload.get("seed"))
             self.server.stats["vla_eval_episodes"] += 1
         elif message.type == "observation":
-            row = to_contract(message.payload, self.server.keys[VLA_EVAL], KNOBS[VLA_EVAL], self.server.runner_hints)
+            row = self._contract(message.payload, VLA_EVAL, self.server.runner_hints)
             action = self._agent().act(row)
             self.server.stats["vla_eval_requests"] += 1
             return Message("action", {"actions": action}, message.seq).pack()
@@ -154,12 +173,15 @@ class Session:
 class PolicyServer:
     """Serves ``broker`` (not yet started: :meth:`run` starts it) on SERVE.host:SERVE.port."""
 
-    def __init__(self, config: ServeConfig, broker: InferenceBroker, model: ServedModel, metadata: dict[str, Any]):
+    def __init__(self, config: ServeConfig, broker: InferenceBroker, model: ServedModel, identity: dict[str, Any],
+                 server_version: str = "unknown"):
         self.config, self.broker, s = config, broker, config.SERVE
         self.keys = {OPENPI: key_map(OPENPI, model.cameras, s.openpi_keys, KNOBS[OPENPI]),
                      VLA_EVAL: key_map(VLA_EVAL, model.cameras, s.vla_eval_keys, KNOBS[VLA_EVAL])}
         self.runner_hints = runner_hints(model.cameras)  # a vla-eval observation that lacks an input names its --param
-        self.metadata = {**metadata, "cameras": list(model.cameras), "keys": self.keys}
+        self.frames = ClientFrames(s.client_frames, model.suite)
+        self.metadata = {"server": "wam_gym.serve", "server_version": server_version,
+                         **greeting_metadata(model, identity, self.frames), "keys": self.keys}
         self.hello = hello_fields(model)  # what vla-eval's runner reads: which inputs to send, the specs
         self.episode_seeds = itertools.count(config.EVALUATION.seed)
         self.session_ids = itertools.count()
@@ -168,8 +190,9 @@ class PolicyServer:
         self.ready = asyncio.Event()
         self.draining = False
         # what was served, and the connections reclaimed: idle past SERVE.idle_timeout_s, or silent to keep-alive pings
+        # and the orientations sessions' frames were taken to have (wam_gym/serve/frames.py)
         self.stats = {"sessions": 0, "openpi_requests": 0, "vla_eval_requests": 0, "vla_eval_episodes": 0, "errors": 0,
-                      "closed_idle": 0, "closed_unresponsive": 0}
+                      "closed_idle": 0, "closed_unresponsive": 0, "frames": collections.Counter()}
         self.threads = concurrent.futures.ThreadPoolExecutor(s.max_sessions, thread_name_prefix="wam-session")
         self.port: int | None = None
 
@@ -190,7 +213,9 @@ class PolicyServer:
             try:
                 if not await self._load(stop):
                     return  # stopped while loading: the workers are gone, the connections are closed below
-                self.metadata["action_horizon"] = self.config.EVALUATION.action_horizon or self.broker.action_horizon
+                ev = self.config.EVALUATION
+                self.metadata["action_horizon"] = ev.action_horizon or self.broker.action_horizon
+                self.metadata["replan_steps"] = ev.replan_steps or self.metadata["action_horizon"]
                 self.ready.set()
                 if s.port_file:
                     Path(s.port_file).write_text(f"{self.port}\n")
