@@ -49,10 +49,11 @@ def lerobot(venv_dir: Path, *args: str) -> str:
 
 
 def our_digests(root: Path) -> dict[str, list[str]]:
-    """sha1 of every item's frame of every camera, as our reader returns them, in index order."""
+    """sha1 of every item's frame of every camera, as our reader decodes them (as stored, as LeRobot returns
+    them), in index order."""
     ds = LeRobotDataset(root, cache_episodes=0)
     return {ds.feature_key(c): [hashlib.sha1(np.ascontiguousarray(f).tobytes()).hexdigest()
-                                for ep in range(ds.num_episodes) for f in ds.episode_frames(ep, c)]
+                                for ep in range(ds.num_episodes) for f in ds.stored_frames(ep, c)]
             for c in ds.video_cameras}
 
 
@@ -85,7 +86,7 @@ def write_v21(src: Path, dst: Path) -> None:
         stats.update({k: vector_stats(table[k].astype(np.float64)[:, None]) for k in ("timestamp", "frame_index",
                                                                                      "episode_index", "index", "task_index")})
         for c in ds.video_cameras:
-            frames = ds.episode_frames(ep, c)
+            frames = ds.stored_frames(ep, c)  # as info.json (copied) says they are turned
             write_mp4(dst / video_t.format(episode_chunk=0, video_key=ds.feature_key(c), episode_index=ep), frames, fps=ds.fps)
             image = ImageStats()
             for frame in frames:

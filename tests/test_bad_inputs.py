@@ -614,6 +614,27 @@ def _edit_info(root: Path, **changes) -> None:
     (root / "meta/info.json").write_text(json.dumps({**info, **changes}))
 
 
+def _recorded_orientation(root: Path, orientation: str | None, robot_type: str) -> None:
+    """Each camera's orientation record set (None: removed), as a dataset from a writer of ``robot_type``."""
+    import json
+
+    info = json.loads((root / "meta/info.json").read_text())
+    for feature in info["features"].values():
+        if "info" in feature:
+            feature["info"].pop("orientation")
+            feature["info"].update({"orientation": orientation} if orientation else {})
+    (root / "meta/info.json").write_text(json.dumps({**info, "robot_type": robot_type}))
+
+
+def dataset_of_unknown_orientation(ctx: Ctx):
+    """The shared dataset as one from elsewhere that does not record its frames' orientation, opened for training."""
+    from training.data import ClipDataset
+
+    root = Path(shutil.copytree(ctx.shared.dataset, ctx.tmp / "ds"))
+    _recorded_orientation(root, None, robot_type="so100")
+    ClipDataset(root)
+
+
 def convert_into_a_busy_destination(ctx: Ctx):
     """A second convert while another writer (held here, as another process would) publishes the destination."""
     from training.data.lerobot.convert import convert
@@ -956,6 +977,14 @@ def cases() -> list[Case]:
         Case("dataset-path-outside", damaged_dataset(lambda r: _edit_info(r, data_path="../{chunk_index}/{file_index}.parquet")),
              DatasetError, r"meta/info\.json's data_path '\.\./{chunk_index}/{file_index}\.parquet' names '\.\./0/0\.parquet', "
                            r"which is outside the dataset; a dataset's files must lie under its root"),
+        Case("dataset-orientation-unknown", dataset_of_unknown_orientation, DatasetError,
+             r"ds: meta/info\.json does not say how observation\.images\.corner's frames are turned \(a dataset from "
+             r"elsewhere; .*: state it by converting the dataset: python -m training\.datasets convert \S+/ds \S+/ds-declared "
+             r"--frames upright\|mirrored\|upside_down\|rotated_180$"),
+        Case("dataset-orientation-invalid", damaged_dataset(lambda r: _recorded_orientation(r, "sideways", "wam_gym")),
+             DatasetError, r"meta/info\.json's features\['observation\.images\.corner'\]\.info\['orientation'\] is "
+                           r"'sideways', not a frame orientation: set it to one of \['mirrored', 'rotated_180', "
+                           r"'upright', 'upside_down'\]"),
         Case("dataset-convert-busy", convert_into_a_busy_destination, TargetBusyError,
              r"dst is being written by another writer \(pid \d+ on \S+, since \S+: .*\); wait for it to finish or stop "
              r"it, or write to another path"),

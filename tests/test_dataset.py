@@ -538,6 +538,65 @@ def test_clip_errors_and_subsets(dataset_root):
     assert sub[0]["video"].shape == (3, 1, 24, 24)
 
 
+# ------------------------------------------------------------------------ frame orientation
+def _marked(h: int = 32, w: int = 48) -> np.ndarray:
+    """An upright frame: grey with a red marker in its top-left corner, which every flip moves to another corner."""
+    frame = np.full((h, w, 3), 110, np.uint8)
+    frame[: h // 4, : w // 4] = (250, 20, 20)
+    return frame
+
+
+def marker_corner(frame) -> str:
+    """The corner of an (H, W, 3) frame (uint8, or floats in [-1, 1]) that holds the red marker."""
+    redness = np.asarray(frame, dtype=np.float64)[..., 0] - np.asarray(frame, dtype=np.float64)[..., 1]
+    h, w = redness.shape[0] // 4, redness.shape[1] // 4
+    corners = {"top-left": redness[:h, :w], "top-right": redness[:h, -w:], "bottom-left": redness[-h:, :w],
+               "bottom-right": redness[-h:, -w:]}
+    return max(corners, key=lambda corner: corners[corner].mean())
+
+
+@pytest.mark.parametrize("stored", ["upright", "mirrored", "upside_down", "rotated_180"])
+def test_a_dataset_declared_turned_yields_upright_frames_at_training_read_time(tmp_path, stored):
+    """Frames stored turned (a LIBERO dataset from openpi's converter: mirrored), as the dataset declares, come out
+    of the reader and the training clips upright: the marker is back in the top-left corner."""
+    from envs.orientation import reorient
+
+    turned = reorient(_marked(), "upright", stored)
+    with DatasetWriter(tmp_path / "ds", FPS, ("corner",), orientations={"corner": stored}) as w:
+        for _ in range(3):
+            w.add_frame({"corner": turned}, np.zeros(2), np.zeros(2), "reach")
+        w.save_episode()
+    info = json.loads((tmp_path / "ds/meta/info.json").read_text())
+    assert info["features"]["observation.images.corner"]["info"]["orientation"] == stored
+    ds = LeRobotDataset(tmp_path / "ds")
+    assert marker_corner(ds.stored_frames(0, "corner")[0]) == marker_corner(turned)
+    assert marker_corner(ds.episode_frames(0, "corner")[0]) == "top-left"
+    video = ClipDataset(ds, image_size=(16, 24), num_future_frames=1, action_horizon=2)[0]["video"]  # (3, F, H, W)
+    assert [marker_corner(video[:, f].permute(1, 2, 0).numpy()) for f in range(2)] == ["top-left"] * 2
+
+
+def _without_orientation(info) -> None:
+    for feature in info["features"].values():
+        (feature.get("info") or {}).pop("orientation", None)
+
+
+def test_a_dataset_that_does_not_record_its_orientation_is_upright_if_ours_and_refused_if_from_elsewhere(
+        dataset_root, tmp_path):
+    root = Path(shutil.copytree(dataset_root[0], tmp_path / "ds"))
+    _edit_info(root, _without_orientation)  # ours from before the record: upright, read as ever
+    ds = LeRobotDataset(root)
+    assert ds.orientation("corner") == "upright"
+    np.testing.assert_array_equal(ds.episode_frames(1, "corner"), LeRobotDataset(dataset_root[0]).episode_frames(1, "corner"))
+    _edit_info(root, lambda info: info.update(robot_type="so100"))  # one from elsewhere: it opens, its frames do not
+    unknown = (r"does not say how observation.images.corner's frames are turned .* training could learn from flipped "
+               rf"frames: state it by converting the dataset: python -m training.datasets convert {root} {root}-declared "
+               r"--frames upright\|mirrored\|upside_down\|rotated_180$")
+    with pytest.raises(DatasetError, match=unknown):
+        ClipDataset(root)
+    with pytest.raises(DatasetError, match=unknown):
+        LeRobotDataset(root).episode_frames(0, "corner")
+
+
 def _keyframes(path) -> list[int]:
     """The frame numbers ffmpeg decodes as keyframes (its showinfo filter's ``iskey:1``)."""
     import re

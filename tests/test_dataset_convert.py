@@ -1,6 +1,7 @@
 """python -m training.datasets convert: a LeRobot v2.1 dataset (per-episode parquet and mp4, episodes.jsonl,
 tasks.jsonl, episodes_stats.jsonl), built here as LeRobot 2.1 lays it out, becomes a v3.0 dataset that reads,
-checks and trains; a broken one is one error naming the episode and the field, with nothing left behind."""
+checks and trains; a broken one is one error naming the episode and the field, with nothing left behind. Its
+frames' orientation is stated (--frames), recorded, and read upright; unstated, it is refused."""
 
 from __future__ import annotations
 
@@ -88,10 +89,13 @@ def broken(v21, tmp_path) -> Path:
 
 
 def test_v21_becomes_v30_with_the_same_values(v21, tmp_path, train_two_steps):
+    """Declared mirrored (as LIBERO datasets from openpi's converter are): the pixels are kept, the record says
+    mirrored, and the reader hands out the source's frames mirrored back, upright."""
     src, held = v21
-    summary = convert(src, tmp_path / "v30", episodes_per_file=2)
+    summary = convert(src, tmp_path / "v30", orientation="mirrored", episodes_per_file=2)
     assert summary["episodes"] == 3 and summary["frames"] == sum(LENGTHS) and summary["cameras"] == list(CAMERAS)
     assert summary["dropped_features"] == ["observation.effort"]
+    assert summary["orientations"] == {"top": "mirrored", "wrist": "mirrored"}
     ds = LeRobotDataset(tmp_path / "v30")
     assert ds.num_episodes == 3 and ds.fps == FPS and ds.cameras == CAMERAS and ds.tasks == list(TASKS)
     for ep in range(3):
@@ -102,22 +106,30 @@ def test_v21_becomes_v30_with_the_same_values(v21, tmp_path, train_two_steps):
         for c in CAMERAS:  # the source's decoded frames, encoded once more: close to them (H.264 at 16x16)
             key = f"observation.images.{c}"
             source = read_mp4(src / V21_VIDEO.format(episode_chunk=0, video_key=key, episode_index=ep))
-            diff = np.abs(ds.episode_frames(ep, c).astype(int) - source.astype(int))
+            diff = np.abs(ds.stored_frames(ep, c).astype(int) - source.astype(int))
             assert diff.mean() < 6 and len(source) == LENGTHS[ep], (ep, c, diff.mean())
+            upright = np.abs(ds.episode_frames(ep, c).astype(int) - source[:, :, ::-1].astype(int))
+            assert upright.mean() < 6, (ep, c, upright.mean())
     info = json.loads((tmp_path / "v30/meta/info.json").read_text())
     assert info["features"]["observation.state"]["names"] == [f"joint_{i}" for i in range(6)]
     assert info["robot_type"] == "so100"
+    assert info["features"]["observation.images.top"]["info"]["orientation"] == "mirrored"
     assert check(tmp_path / "v30")[2] == "stats: 9 features, 10 statistics each, present and finite"
     assert (train_two_steps(tmp_path / "v30", "top") / "wam_config.json").is_file()
 
 
 def test_a_v30_dataset_is_laid_out_again(v21, tmp_path):
-    convert(v21[0], tmp_path / "two", episodes_per_file=2)
-    convert(tmp_path / "two", tmp_path / "one", episodes_per_file=50)
+    convert(v21[0], tmp_path / "two", orientation="mirrored", episodes_per_file=2)
+    convert(tmp_path / "two", tmp_path / "one", episodes_per_file=50)  # it records its orientation: no flag needed
     assert len(list((tmp_path / "one/data").rglob("*.parquet"))) == 1
     assert len(list((tmp_path / "two/data").rglob("*.parquet"))) == 2
     a, b = LeRobotDataset(tmp_path / "two"), LeRobotDataset(tmp_path / "one")
     np.testing.assert_array_equal(a.episode_table(2)["action"], b.episode_table(2)["action"])
+    assert b.orientation("top") == b.orientation("wrist") == "mirrored"
+    with pytest.raises(DatasetError, match=r"two: --frames upright but its meta/info.json records \{'top': 'mirrored', "
+                                           r"'wrist': 'mirrored'\}: drop --frames to keep what the dataset says"):
+        convert(tmp_path / "two", tmp_path / "three", orientation="upright")
+    assert not (tmp_path / "three").exists()
 
 
 def _edit_json(path: Path, edit) -> None:
@@ -166,15 +178,23 @@ def _edit_table(path: Path, edit) -> None:
 def test_a_broken_dataset_names_the_episode_and_field_and_leaves_nothing(broken, tmp_path, damage, message):
     damage(broken)
     with pytest.raises(DatasetError, match=message):
-        convert(broken, tmp_path / "out")
+        convert(broken, tmp_path / "out", orientation="upright")
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == ["v21"]  # no staging left
 
 
 def test_cli_convert_and_refusals(v21, tmp_path):
-    run = subprocess.run([sys.executable, "-m", "training.datasets", "convert", str(v21[0]), str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=300)
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "training.datasets", "convert", str(v21[0]), *args],
+                              capture_output=True, text=True, timeout=300)
+
+    unstated = cli(str(tmp_path / "out"))  # a dataset from elsewhere that does not say how its frames are turned
+    assert unstated.returncode == 1 and unstated.stderr.count("\n") == 1, unstated.stderr
+    assert unstated.stderr.startswith(f"error: {v21[0]}: meta/info.json does not say how observation.images.top's "
+                                      "frames are turned")
+    assert unstated.stderr.endswith("state how they are with --frames upright|mirrored|upside_down|rotated_180\n")
+    assert not (tmp_path / "out").exists()
+    run = cli(str(tmp_path / "out"), "--frames", "upright")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["frames"] == sum(LENGTHS)
-    again = subprocess.run([sys.executable, "-m", "training.datasets", "convert", str(v21[0]), str(tmp_path / "out")],
-                           capture_output=True, text=True, timeout=300)
+    again = cli(str(tmp_path / "out"), "--frames", "upright")
     assert again.returncode == 1 and "exists: convert into a new directory" in again.stderr

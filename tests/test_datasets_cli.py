@@ -44,16 +44,18 @@ def test_check_passes_a_sound_dataset_and_says_what_it_checked(sound):
     assert lines[0].startswith("opened: 3 episodes, 19 frames at 20 fps")
     assert lines[1] == "columns: 7 features in 2 data file(s) match info.json's shapes and dtypes"
     assert lines[2] == "stats: 9 features, 10 statistics each, present and finite"
-    assert lines[3:] == [f"video {c}: 19 frames in 2 file(s) decode, every episode's span included, each frame at "
+    assert lines[3] == "orientation: corner upright, wrist upright (as stored; training reads them upright)"
+    assert lines[4:] == [f"video {c}: 19 frames in 2 file(s) decode, every episode's span included, each frame at "
                          "frame / fps within 0.0001 s" for c in CAMERAS]
 
 
 def test_info_prints_the_dataset_in_a_table(sound):
     lines = info(sound)
     assert lines[1] == "episodes 3, frames 19 (per episode 5-8, mean 6.3), fps 20"
-    assert lines[2] == "cameras corner 16x24x3, wrist 16x24x3" and lines[3] == "tasks 2: reach; push"
-    assert lines[5].split() == ["feature", "mean", "std", "min", "max", "q01", "q99"]
-    assert [line.split()[0] for line in lines[6:]] == [f"observation.state[{i}]" for i in range(4)] + [
+    assert lines[2] == "cameras corner 16x24x3 upright, wrist 16x24x3 upright" and lines[3] == "tasks 2: reach; push"
+    assert lines[4] == "suites unknown"  # written here, not by training.collect
+    assert lines[6].split() == ["feature", "mean", "std", "min", "max", "q01", "q99"]
+    assert [line.split()[0] for line in lines[7:]] == [f"observation.state[{i}]" for i in range(4)] + [
         f"action[{i}]" for i in range(3)]
 
 

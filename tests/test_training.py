@@ -165,6 +165,7 @@ def test_short_run_writes_checkpoint_stats_tensorboard_and_config(trained, datas
     # The policy loads the checkpoint (its own stats) and acts on a real env observation.
     policy = WAMPolicy.from_checkpoint(final)
     assert policy.model.config.image_size == (32, 32) and tuple(policy.model.config.cameras) == CAMERAS
+    assert json.loads((final / "wam_config.json").read_text())["suite"] == "metaworld"  # the dataset's, for serving
     env = envs.make(REACH, image_size=32, max_episode_steps=40)
     try:
         obs, _ = env.reset(seed=3)

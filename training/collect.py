@@ -8,7 +8,9 @@
 Every step is recorded: the observation before the action, the action taken, the
 instruction as the task. Each env runs episodes with seeds ``seed, seed + 1, ...``, once per
 ``--agent`` (the same seeds for each, so the same scenes meet every behaviour);
-``--only-success`` keeps successful episodes only, trying new seeds up to 3x the count.
+``--only-success`` keeps successful episodes only, trying new seeds up to 3x the count. Frames
+are recorded upright, as the envs render them, and the dataset names the benchmark suites it was
+collected in (a model trained on one records it).
 
 Two kinds of noise, for two uses:
 
@@ -145,6 +147,7 @@ def collect(
                         cameras=env_cameras,
                         state_names=names[0] if names[0] and len(names[0]) == state_dim else None,
                         action_names=names[1] if names[1] and len(names[1]) == action_dim else None,
+                        suites=[envs_pkg.suite_of(e).name for e in envs],  # a model trained on them records its suite
                         overwrite=overwrite,
                         **(layout or {}),
                     )

@@ -3,17 +3,20 @@ v2.1 into v3.0.
 
     python -m training.datasets info outputs/demo/data     # episodes, frames, fps, cameras, tasks, stats
     python -m training.datasets check outputs/demo/data    # every validation below; exit 1 on the first failure
-    python -m training.datasets convert data/pusht_v21 data/pusht   # v2.1 -> v3.0 (or a v3.0 laid out again)
+    python -m training.datasets convert data/pusht_v21 data/pusht --frames upright  # v2.1 -> v3.0 (or v3.0 laid out again)
 
 ``convert`` validates each episode as it goes and leaves nothing at the destination when one is
-broken (training/data/lerobot/convert.py).
+broken (training/data/lerobot/convert.py). ``--frames`` states how the source's frames are turned
+(``mirrored`` for LIBERO datasets made by openpi's and LeRobot's converters); the dataset records it
+and training reads the frames upright. A source that does not record it needs the flag.
 
 ``check`` opens the dataset as training does (info.json's schema and totals, episode metadata,
 every data and video file present, fps agreeing with the timestamps, the video spans and each
 mp4's header), then goes further: each feature's shape and dtype in the data files against
 info.json, statistics present and finite for every feature (with the quantiles LeRobot's
-QUANTILES normalization needs), and every video frame decoded, file by file, and counted against
-the episodes that span it. A failure is one line naming the episode or file and the field.
+QUANTILES normalization needs), every video frame decoded, file by file, and counted against
+the episodes that span it, and each camera's orientation known. A failure is one line naming the
+episode or file and the field.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from envs.orientation import ORIENTATIONS
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
 from training.data.lerobot import (
     INDEX_KEYS,
@@ -35,6 +39,7 @@ from training.data.lerobot import (
     STAT_NAMES,
     DatasetError,
     LeRobotDataset,
+    provenance,
 )
 from training.data.lerobot.convert import convert
 from training.data.lerobot.layout import (
@@ -56,6 +61,8 @@ def check(root: str | Path) -> list[str]:
              "timestamps, video spans and headers agree"]
     lines.append(_check_columns(ds))
     lines += _check_stats(ds)
+    stored = ", ".join(f"{camera} {ds.orientation(camera)}" for camera in ds.cameras)
+    lines.append(f"orientation: {stored} (as stored; training reads them upright)")
     for camera in ds.cameras:
         lines.append(_check_frames(ds, camera) if camera in ds.video_cameras else _check_images(ds, camera))
     return lines
@@ -171,7 +178,7 @@ def _check_images(ds: LeRobotDataset, camera: str) -> str:
     shape = ds.image_shape(camera)
     for ep in range(ds.num_episodes):
         try:
-            frames = ds.episode_frames(ep, camera)
+            frames = ds.stored_frames(ep, camera)
         except DatasetError:
             raise
         except Exception as exc:  # noqa: BLE001 - any decoder error is a broken image
@@ -186,10 +193,13 @@ def info(root: str | Path) -> list[str]:
     """Episodes, frames, fps, cameras, tasks and the statistics of state and action, as a table."""
     ds = LeRobotDataset(root, cache_episodes=0, require_stats=False)
     lengths = ds.episode_lengths
+    turned = provenance.recorded_orientations(ds.info, {c: ds.feature_key(c) for c in ds.cameras}, ds.root)
     lines = [f"{ds.root}", f"episodes {ds.num_episodes}, frames {ds.num_frames} (per episode {lengths.min()}-"
              f"{lengths.max()}, mean {lengths.mean():.1f}), fps {ds.fps:g}",
-             "cameras " + ", ".join(f"{c} {'x'.join(map(str, ds.image_shape(c)))}" for c in ds.cameras),
-             f"tasks {len(ds.tasks)}: " + "; ".join(ds.tasks[:5]) + (" ..." if len(ds.tasks) > 5 else "")]
+             "cameras " + ", ".join(f"{c} {'x'.join(map(str, ds.image_shape(c)))} {turned[c] or 'orientation unknown'}"
+                                    for c in ds.cameras),
+             f"tasks {len(ds.tasks)}: " + "; ".join(ds.tasks[:5]) + (" ..." if len(ds.tasks) > 5 else ""),
+             f"suites {', '.join(ds.suites) or 'unknown'}"]
     if not ds.stats_path.is_file():
         return [*lines, "stats: none (python -m training.collect --stats-only DIR computes them)"]
     names = [n for n in ("mean", "std", "min", "max", "q01", "q99") if n in ds.stats[LEROBOT_STATE]]
@@ -228,11 +238,15 @@ def main(argv: list[str] | None = None) -> int:
     conversion = commands.add_parser("convert", help="a v2.1 dataset (or a v3.0 one) as v3.0 in a new directory")
     conversion.add_argument("src", help="the dataset to convert")
     conversion.add_argument("dst", help="a directory that does not exist yet")
+    conversion.add_argument("--frames", choices=sorted(ORIENTATIONS), default=None,
+                            help="how the source's frames are turned (mirrored: LIBERO datasets made by openpi's or "
+                                 "LeRobot's converters); recorded, and training reads them upright. Needed when the "
+                                 "source does not say")
     add_layout_arguments(conversion)
     args = parser.parse_args(argv)
     try:
         if args.command == "convert":
-            lines = [json.dumps(convert(args.src, args.dst, **layout_of(args)), indent=2)]
+            lines = [json.dumps(convert(args.src, args.dst, args.frames, **layout_of(args)), indent=2)]
         else:
             lines = check(args.root) if args.command == "check" else info(args.root)
     except DatasetError as exc:

@@ -116,11 +116,21 @@ def build(cfg: TrainConfig, device: torch.device, dataset: LeRobotDataset | None
     if cfg.model.backbone.use_gradient_checkpointing or cfg.infra.compile.enabled:
         model.enable_gradient_checkpointing()
     mc = model.config
+    _record_suite(mc, dataset)
     stride = cfg.dataset.frame_stride or mc.default_frame_stride
     clips = ClipDataset(dataset, cameras=list(mc.cameras), image_size=tuple(mc.image_size), action_horizon=mc.action_horizon,
                         num_future_frames=mc.num_future_frames, frame_stride=stride, load_video=not cfg.infra.latent_cache,
                         normalization=cfg.dataset.normalization, convention=mc)
     return model.to(device), dataset, clips
+
+
+def _record_suite(model_cfg, dataset: LeRobotDataset) -> None:
+    """A MoT saves the benchmark suite of its training data in its config (the policy server reads it to know
+    what the field's drivers send): the dataset's one suite, None for several. A dataset that names none (one
+    converted from elsewhere) leaves model.suite as set. FastWAM's suite is its input convention's."""
+    suites = dataset.suites
+    if suites and isinstance(model_cfg, MoTConfig):
+        model_cfg.suite = suites[0] if len(suites) == 1 else None
 
 
 def _check_init_architecture(init_from: str, arch) -> None:

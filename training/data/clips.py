@@ -7,7 +7,9 @@ Sample ``(episode, t)``:
   the last frame repeats), cameras side by side in the given order, each resized to
   ``image_size`` with bilinear antialiasing when stored at another size: made by
   :func:`agents.wam.frames.model_frames`, or by the ``convention``'s ``input_frames`` (the model's):
-  the same function :class:`agents.wam.WAMPolicy` applies to observations at inference.
+  the same function :class:`agents.wam.WAMPolicy` applies to observations at inference, and on the
+  same upright frames (``LeRobotDataset.episode_frames`` turns them from the orientation the dataset
+  records; a dataset that records none from elsewhere is refused at construction).
 * ``state``: float32 ``(S,)``; ``actions``: float32 ``(action_horizon, A)``, actions
   ``t .. t + action_horizon - 1`` (the last action repeats past the end, flagged in
   ``action_is_pad``). ``next_states``: float32 ``(action_horizon, S)``, the state after each
@@ -64,6 +66,8 @@ class ClipDataset(Dataset):
         missing = [c for c in self.cameras if c not in ds.cameras]
         if missing:
             raise ValueError(f"camera(s) {missing} are not in the dataset at {ds.root}; it has {list(ds.cameras)}")
+        for camera in self.cameras:  # an unknown orientation is refused here, before training, not in a loader worker
+            ds.orientation(camera)
         if image_size is None:
             image_size = ds.image_shape(self.cameras[0])[:2]
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(s) for s in image_size)

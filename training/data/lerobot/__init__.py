@@ -23,9 +23,14 @@ Every file is written to a hidden temp file and renamed, so a crash leaves eithe
 file or the new one. The writer closes a file after ``episodes_per_file`` episodes and then
 rewrites the metadata, ``info.json`` last: what ``info.json`` describes is always complete.
 
+Each camera's frames are stored turned as its feature's ``info`` records (``orientation``: ours
+``upright``); the reader hands them out upright. ``info.json`` also names the benchmark suites the
+episodes come from (see ``provenance``).
+
 Modules: ``layout`` (paths, keys, :class:`DatasetError`), ``reader`` (:class:`LeRobotDataset`),
-``writer`` (:class:`DatasetWriter`), ``stats`` (statistics, :func:`compute_stats`), ``tables``
-(parquet helpers), ``video`` (mp4 streaming and span decoding). Import from the package.
+``writer`` (:class:`DatasetWriter`), ``provenance`` (orientations and suites in ``info.json``),
+``stats`` (statistics, :func:`compute_stats`), ``tables`` (parquet helpers), ``video`` (mp4
+streaming and span decoding). Import from the package.
 """
 
 from training.data.lerobot.layout import (

@@ -15,6 +15,11 @@ problem is one :class:`DatasetError` naming the episode and the field, and nothi
 destination: the new dataset is written into a hidden staging directory next to it and renamed
 into place only when complete. Features other than the cameras, state, action and the indices
 are not carried over (the result lists them).
+
+Frames keep their pixels and the source's orientation is recorded (``provenance``), which the
+reader turns upright: ``frames`` states it (``--frames``; LIBERO datasets made by openpi's and
+LeRobot's converters are ``mirrored``), or the source records it; a source that does neither is
+refused before anything is written. The suites a source of ours records are carried over.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from envs.orientation import check_orientation
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot import validate
+from training.data.lerobot import provenance, validate
 from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, TIMESTAMP_TOLERANCE_S, DatasetError, camera_of
 from training.data.lerobot.reader import LeRobotDataset, decode_image, image_bytes
 from training.data.lerobot.tables import column_matrix
@@ -42,29 +48,48 @@ from wam_gym.utils.publish import atomic_dir
 Episode = tuple[np.ndarray, np.ndarray, list[str], dict[str, np.ndarray]]  # state, action, task per frame, frames
 
 
-def convert(src: str | os.PathLike, dst: str | os.PathLike, **layout: Any) -> dict:
+def convert(src: str | os.PathLike, dst: str | os.PathLike, orientation: str | None = None, **layout: Any) -> dict:
     """Write ``src`` (v2.1, or v3.0 to lay it out again) as a v3.0 dataset at ``dst``; returns a summary.
-    ``layout``: DatasetWriter's file knobs (``data_files_size_in_mb``, ``video_files_size_in_mb``,
+    ``orientation``: how the source's frames are turned (an ``envs.orientation`` name; ``--frames``), needed
+    when it does not say. ``layout``: DatasetWriter's file knobs (``data_files_size_in_mb``, ``video_files_size_in_mb``,
     ``episodes_per_file``, ``video_gop``)."""
     src, dst = Path(src).expanduser(), Path(dst).expanduser()
     if dst.exists():
         raise DatasetError(f"{dst} exists: convert into a new directory (nothing is written over a dataset)")
     info = _info(src)
     source = _V30(src) if info.get("codebase_version") == "v3.0" else _V21(src, info)
+    orientations = _orientations(src, info, source.keys, orientation)
     with atomic_dir(dst) as staging:
         writer = DatasetWriter(staging, info["fps"], source.cameras, robot_type=info.get("robot_type") or "unknown",
                                state_names=_names(info, LEROBOT_STATE), action_names=_names(info, LEROBOT_ACTION),
-                               **layout)
-        frames = 0
+                               orientations=orientations, suites=provenance.recorded_suites(info), **layout)
+        count = 0  # frames
         for state, action, tasks, images in source.episodes():
             for t in range(len(state)):
                 writer.add_frame({c: images[c][t] for c in source.cameras}, state[t], action[t], tasks[t])
             writer.save_episode()
-            frames += len(state)
+            count += len(state)
         writer.finalize()
     return {"source": str(src), "version": info.get("codebase_version"), "destination": str(dst),
-            "episodes": source.num_episodes, "frames": frames, "cameras": list(source.cameras),
-            "dropped_features": source.dropped, "timeline": source.timeline.summary()}
+            "episodes": source.num_episodes, "frames": count, "cameras": list(source.cameras),
+            "orientations": orientations, "dropped_features": source.dropped, "timeline": source.timeline.summary()}
+
+
+def _orientations(src: Path, info: dict[str, Any], keys: dict[str, str], stated: str | None) -> dict[str, str]:
+    """Camera -> how the source's frames are turned: ``stated`` (the user's word) where the source says nothing
+    or the same; refused where neither says, or they disagree."""
+    recorded = provenance.recorded_orientations(info, keys, src)
+    if stated is None:
+        unknown = [c for c, orientation in recorded.items() if orientation is None]
+        if unknown:
+            raise provenance.unknown_orientation(src, keys[unknown[0]], "state how they are with")
+        return {c: str(orientation) for c, orientation in recorded.items()}
+    check_orientation(stated, "--frames")
+    other = {c: orientation for c, orientation in recorded.items() if orientation not in (None, stated)}
+    if other:
+        raise DatasetError(f"{src}: --frames {stated} but its meta/info.json records {other}: drop --frames to keep "
+                           "what the dataset says, or correct its record")
+    return dict.fromkeys(keys, stated)
 
 
 def _info(src: Path) -> dict[str, Any]:
@@ -158,6 +183,7 @@ class _V30:
     def __init__(self, root: Path):
         self.ds = LeRobotDataset(root, cache_episodes=0)
         self.cameras, self.num_episodes = self.ds.cameras, self.ds.num_episodes
+        self.keys = {c: self.ds.feature_key(c) for c in self.cameras}
         self.dropped: list[str] = []
         self.timeline = Timeline(root, self.ds.fps)
 
@@ -167,7 +193,7 @@ class _V30:
             for ep in range(self.num_episodes):
                 table = self.ds.episode_table(ep)
                 tasks = [self.ds.tasks[int(i)] for i in table["task_index"]]
-                frames = {c: readers[c].episode(ep) if c in readers else self.ds.episode_frames(ep, c) for c in self.cameras}
+                frames = {c: readers[c].episode(ep) if c in readers else self.ds.stored_frames(ep, c) for c in self.cameras}
                 yield table["state"], table["action"], tasks, frames
         finally:
             for reader in readers.values():

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from envs.orientation import to_upright
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot import validate, video
+from training.data.lerobot import provenance, validate, video
 from training.data.lerobot.layout import (
     CODEBASE_VERSION,
     COLLECT_HINT,
@@ -34,8 +35,9 @@ class LeRobotDataset:
     """Read a LeRobot v3.0 dataset (any writer's, as long as its videos are in mp4 files).
 
     The tabular data of every episode is loaded at construction; video frames are decoded
-    per episode on request, seeking to the episode's span of its file, and the last
-    ``cache_episodes`` decoded (episode, camera) pairs are kept.
+    per episode on request, seeking to the episode's span of its file, turned upright from the
+    orientation info.json records (``training.data.lerobot.provenance``), and the last
+    ``cache_episodes`` (episode, camera) pairs are kept.
     """
 
     def __init__(self, root: str | os.PathLike, cache_episodes: int = 8, require_stats: bool = True):
@@ -71,6 +73,7 @@ class LeRobotDataset:
         self._keys = {camera_of(k): k for k, f in features.items() if camera_of(k) and f.get("dtype") in ("video", "image")}
         self._cameras = tuple(self._keys)
         self._videos = tuple(c for c in self._cameras if features[self._keys[c]]["dtype"] == "video")
+        self._orientations = provenance.recorded_orientations(self._info, self._keys, self.root)
         for key in (LEROBOT_STATE, LEROBOT_ACTION):
             if key not in features:
                 raise DatasetError(f"{self.root}: features lack {key!r} (have {sorted(features)})")
@@ -346,6 +349,20 @@ class LeRobotDataset:
     def tasks(self) -> list[str]:
         return list(self._tasks)
 
+    @property
+    def suites(self) -> tuple[str, ...]:
+        """The benchmark suites its episodes were collected in (``training.collect`` records them); empty: unknown."""
+        return provenance.recorded_suites(self._info)
+
+    def orientation(self, camera: str) -> str:
+        """How the camera's frames are stored (an ``envs.orientation`` name); :meth:`episode_frames` turns them
+        upright. Refused, naming the fix, when the dataset does not say (one from elsewhere)."""
+        self._check_camera(camera)
+        if self._orientations[camera] is None:
+            fix = f"state it by converting the dataset: python -m training.datasets convert {self.root} {self.root}-declared"
+            raise provenance.unknown_orientation(self.root, self._keys[camera], fix)
+        return self._orientations[camera]
+
     def image_shape(self, camera: str) -> tuple[int, int, int]:
         """(H, W, 3) of a camera's stored frames."""
         self._check_camera(camera)
@@ -379,14 +396,16 @@ class LeRobotDataset:
         return self._episode_tasks[ep][0]
 
     def episode_frames(self, ep: int, camera: str) -> np.ndarray:
-        """The episode's frames of one camera, uint8 (T, H, W, 3), read-only (cached); decodes only its span."""
+        """The episode's frames of one camera, **upright** (the observation contract's, whatever the dataset
+        stores), uint8 (T, H, W, 3), read-only (cached); decodes only its span. Every reader of frames for a
+        model (training's clips, the world model) takes them here, so none sees another orientation."""
         ep = self._check_episode(ep)
-        self._check_camera(camera)
+        orientation = self.orientation(camera)
         key = (ep, camera)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        frames = self._decode(ep, camera)
+        frames = to_upright(self.stored_frames(ep, camera), orientation)
         frames.setflags(write=False)
         if self.cache_episodes > 0:
             self._cache[key] = frames
@@ -418,7 +437,11 @@ class LeRobotDataset:
             files.setdefault(path, []).append((start, start + length, ep))
         return {path: sorted(spans) for path, spans in files.items()}
 
-    def _decode(self, ep: int, camera: str) -> np.ndarray:
+    def stored_frames(self, ep: int, camera: str) -> np.ndarray:
+        """The episode's frames of one camera as the files hold them, however turned (uncached): for tools that
+        copy or check the pixels (convert, statistics); models read :meth:`episode_frames`."""
+        ep = self._check_episode(ep)
+        self._check_camera(camera)
         if camera not in self._videos:
             return self._decode_images(ep, camera)
         path, start, length = self.video_span(ep, camera)

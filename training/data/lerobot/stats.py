@@ -161,7 +161,7 @@ def _image_stats(ds: LeRobotDataset, camera: str) -> list[dict[str, np.ndarray]]
     parts = []
     for ep in range(ds.num_episodes):
         accumulator = ImageStats()
-        for frame in ds.episode_frames(ep, camera):
+        for frame in ds.stored_frames(ep, camera):  # however turned: per-channel statistics do not depend on it
             accumulator.add(frame)
         parts.append(accumulator.result())
     return parts

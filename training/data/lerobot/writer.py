@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
+from training.data.lerobot import provenance
 from training.data.lerobot.layout import (
     CODEBASE_VERSION,
     DATA_PATH,
@@ -54,7 +55,9 @@ class DatasetWriter:
     count too); ``chunks_size`` files share a chunk directory. In the mp4s every episode starts on
     a keyframe and keyframes are at most ``video_gop`` frames apart (None: one encode per file with
     the encoder's default spacing), so random access decodes little. An existing dataset at
-    ``root`` is replaced only with ``overwrite=True``.
+    ``root`` is replaced only with ``overwrite=True``. ``orientations`` (camera -> ``envs.orientation``
+    name; None: all upright, as our envs render) and ``suites`` (the benchmark suites the episodes come
+    from) are recorded in ``info.json`` (``training.data.lerobot.provenance``).
     """
 
     def __init__(
@@ -71,6 +74,8 @@ class DatasetWriter:
         video_files_size_in_mb: float = DEFAULT_VIDEO_FILE_SIZE_IN_MB,
         chunks_size: int = DEFAULT_CHUNKS_SIZE,
         video_gop: int | None = DEFAULT_GOP,
+        orientations: Mapping[str, str] | None = None,
+        suites: Sequence[str] = (),
         overwrite: bool = False,
     ):
         if not cameras:
@@ -86,6 +91,8 @@ class DatasetWriter:
         self.root = Path(root).expanduser()
         self.fps = float(fps) if float(fps) != int(fps) else int(fps)
         self.cameras = tuple(cameras)
+        self.orientations = provenance.writer_orientations(self.cameras, orientations)
+        self.suites = tuple(suites)
         self.robot_type = robot_type
         self.state_names = list(state_names) if state_names is not None else None
         self.action_names = list(action_names) if action_names is not None else None
@@ -371,6 +378,7 @@ class DatasetWriter:
                     "video.fps": self.fps,
                     "video.channels": c,
                     "has_audio": False,
+                    provenance.ORIENTATION_KEY: self.orientations[cam],
                 },
             }
         s, a = self._state_dim, self._action_dim
@@ -407,5 +415,6 @@ class DatasetWriter:
             "data_path": DATA_PATH,
             "video_path": VIDEO_PATH,
             "features": self._features(),
+            **provenance.suites_entry(self.suites),
         }
         atomic_write_text(self.root / INFO_PATH, json.dumps(info, indent=4) + "\n")
