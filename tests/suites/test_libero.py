@@ -501,8 +501,11 @@ def test_vla_eval_runner_with_its_libero_config_needs_no_flags(main_venv_server,
     (aggregate,) = (tmp_path / "results").glob("*_aggregate.json")
     results = json.loads(aggregate.read_text())
     (episode,) = results["tasks"][0]["episodes"]
-    grew = {k: _server_stats(port)[k] - before[k] for k in ("vla_eval_requests", "vla_eval_episodes", "errors")}
+    after = _server_stats(port)
+    grew = {k: after[k] - before[k] for k in ("vla_eval_requests", "vla_eval_episodes", "errors")}
     if not params:
+        # its HELLO names its LIBERO benchmark, whose frames are turned 180 degrees: taken as such (mirrored)
+        assert after["frames"].get("mirrored", 0) - before["frames"].get("mirrored", 0) == 1
         assert "Auto-configured from model server: send_state=True" in output
         assert "Auto-configured from model server: send_wrist_image=True" in output
         assert results["num_errors"] == 0 and episode["steps"] == REMOTE_STEPS, episode
