@@ -201,15 +201,9 @@ def test_an_evaluation_sends_each_task_as_its_suites_drivers_do():
 def test_a_fastwam_libero_checkpoint_is_served_by_its_protocol(tmp_path):
     """FastWAM's LIBERO release replans every 10 of its 32 actions and denoises 10 steps (wam_gym/eval/protocols.py):
     the server does so without being told; the greeting says so; a knob the user sets still wins."""
-    from agents.wam.fastwam import FastWAM, preset, save_fastwam
-    from agents.wam.fastwam.inputs import convention
+    from tests.conftest import load_script
 
-    ckpt = tmp_path / "fastwam"
-    config = preset("fastwam_tiny", cameras=("agentview", "robot0_eye_in_hand"), image_size=(32, 32),
-                    action_horizon=32, num_future_frames=32, inputs=convention("fastwam_libero"))
-    save_fastwam(FastWAM(config), ckpt)
-    unit = {g: {"default": {"global_min": [-1.0] * d, "global_max": [1.0] * d}} for g, d in (("state", 8), ("action", 7))}
-    (ckpt / "dataset_stats.json").write_text(json.dumps(unit))
+    ckpt = load_script("tiny_fastwam_checkpoint").make(tmp_path / "fastwam")
     with serving(tmp_path, f"ckpt={ckpt}") as (port, _, log):
         with connect(f"ws://127.0.0.1:{port}", max_size=None) as ws:
             greeting = unpack(ws.recv())

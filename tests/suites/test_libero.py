@@ -655,19 +655,7 @@ def test_the_field_drivers_frames_reach_the_model_as_its_own_evaluation_feeds_it
         assert error < (1e-3 if driver == "vla-eval" else 0.02) and wrong > 10 * error, (driver, error, wrong)
 
 
-# A tiny random FastWAM with LIBERO's geometry and FastWAM's LIBERO conventions: their chunk of 32 actions, their
-# statistics file layout (unit ranges). Run by the main venv's python.
-_MAKE_FASTWAM_CKPT = """
-import json, sys
-from agents.wam.fastwam import FastWAM, preset, save_fastwam
-from agents.wam.fastwam.inputs import convention
-path = sys.argv[1]
-config = preset("fastwam_tiny", cameras=("agentview", "robot0_eye_in_hand"), image_size=(32, 32), action_horizon=32,
-                num_future_frames=32, inputs=convention("fastwam_libero"))
-save_fastwam(FastWAM(config), path)
-stats = {g: {"default": {"global_min": [-1.0] * d, "global_max": [1.0] * d}} for g, d in (("state", 8), ("action", 7))}
-open(f"{path}/dataset_stats.json", "w").write(json.dumps(stats))
-"""
+# scripts/tiny_fastwam_checkpoint.py's random FastWAM (their LIBERO geometry, chunk and convention), two tasks x two trials
 FASTWAM_TASKS, FASTWAM_TRIALS = (f"{SPATIAL}:0", f"{SPATIAL}:1"), 2
 
 
@@ -678,8 +666,8 @@ def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
     broker answers the four episodes' requests in shared batches."""
     _needs_libero()
     ckpt = tmp_path / "fastwam"
-    made = subprocess.run([str(MAIN_PYTHON), "-c", _MAKE_FASTWAM_CKPT, str(ckpt)], cwd=ROOT, env=_main_venv_env(),
-                          capture_output=True, text=True, timeout=600)
+    made = subprocess.run([str(MAIN_PYTHON), "scripts/tiny_fastwam_checkpoint.py", str(ckpt)], cwd=ROOT,
+                          env=_main_venv_env(), capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stderr[-3000:]
     out = tmp_path / "eval"
     with launched([f"ckpt={ckpt}", "MULTIRUN.inference_batch_size=4", "MULTIRUN.inference_batch_wait_ms=200"],
