@@ -56,6 +56,13 @@ def reorient(images: np.ndarray, source: str, target: str) -> np.ndarray:
     return images[tuple(index)]
 
 
+def reorient_tiles(images: np.ndarray, tiles: int, source: str, target: str) -> np.ndarray:
+    """``images`` (..., H, W * tiles, C) of ``tiles`` cameras side by side: each camera reoriented in its own
+    place (mirroring the whole row would also swap the cameras)."""
+    views = np.split(np.asarray(images), tiles, axis=-2)
+    return np.concatenate([reorient(view, source, target) for view in views], axis=-2)
+
+
 def to_upright(images: np.ndarray, source: str) -> np.ndarray:
     """Frames stored ``source`` as the contract stores them (upright), contiguous."""
     return np.ascontiguousarray(reorient(images, source, UPRIGHT))

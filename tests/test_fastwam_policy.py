@@ -23,7 +23,7 @@ from agents.wam.fastwam.fastwam_policy import FastWAMPolicy
 from agents.wam.fastwam.inputs import convention, cover_crop
 from agents.wam.fastwam.model import FastWAM
 from agents.wam.inference_config import InferenceConfig, SamplerConfig
-from agents.wam.normalization import Normalizer
+from agents.wam.normalization import Normalizer, from_fastwam_layout
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 STATE_TOLERANCE = 1e-6  # ours computes the affine map in float64, theirs in float32: the same to ~1 ulp
@@ -101,6 +101,17 @@ def test_states_beyond_their_range_clamp_at_five(policy, stats):
                                atol=STATE_TOLERANCE)
 
 
+def test_training_actions_beyond_their_range_clamp_at_five(stats):
+    """Their processor normalises a training sample's actions as its state, clamp included; so does ours (the
+    clips python -m training reads, under dataset.normalization=fastwam_min_max)."""
+    normalizer = Normalizer.from_stats(from_fastwam_layout(stats, "their dataset_stats.json"))
+    actions = np.random.default_rng(4).normal(0, 1, (3, 7)).astype(np.float32)
+    actions[0, :3], actions[1, 3:6] = 1e3, -1e3
+    ours = normalizer.normalize_actions(actions)
+    assert ours.max() == 5.0 and ours.min() == -5.0
+    np.testing.assert_allclose(ours, theirs.normalize_state(actions, stats, "action").numpy(), atol=STATE_TOLERANCE)
+
+
 def test_actions_leave_as_their_eval_sends_them(policy, stats):
     normalized = torch.linspace(-1.2, 1.2, 2 * 4 * 7).reshape(2, 4, 7)
     ours = policy.model.config.env_actions(policy.normalizer.unnormalize_actions(normalized.numpy()))
@@ -168,7 +179,8 @@ def test_an_unknown_architecture_is_named(tmp_path):
 
 def test_the_real_openpi_client_is_served_batched_answers(ckpt, policy, openpi_python, tmp_path):
     """``python -m wam_gym.serve ckpt=<FastWAM>`` driven by openpi-client (its own venv): requests of several
-    connections share model calls, and each answer is the in-process policy's for that request's noise seed."""
+    connections share model calls, and each answer is the in-process policy's for that request's noise seed,
+    the request's frames taken as the LIBERO drivers turn them (mirrored: the checkpoint's suite is LIBERO)."""
     from test_serve import TESTS, serving, stats
 
     clients, calls, size = 4, 2, 64
@@ -182,8 +194,8 @@ def test_the_real_openpi_client_is_served_batched_answers(ckpt, policy, openpi_p
     with np.load(tmp_path / "answers.npz", allow_pickle=False) as answers:
         for c in range(clients):
             for k in range(calls):
-                row = {"pixels": {"agentview": answers[f"{c}_{k}_image"][None],
-                                  "robot0_eye_in_hand": answers[f"{c}_{k}_wrist_image"][None]},
+                row = {"pixels": {"agentview": answers[f"{c}_{k}_image"][None, :, ::-1],  # upright
+                                  "robot0_eye_in_hand": answers[f"{c}_{k}_wrist_image"][None, :, ::-1]},
                        "state": answers[f"{c}_{k}_state"][None], "instruction": [f"task {c % 2}"]}
                 want = policy.predict(row, noise_seeds=[1000 * c + k]).actions[0]
                 got = answers[f"{c}_{k}_actions"]

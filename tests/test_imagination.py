@@ -11,6 +11,7 @@ import pytest
 
 from agents import run_episode
 from agents.policy import Prediction
+from agents.wam.config import MoTConfig
 from wam_gym.eval.imagination import ImaginationScore, ImaginationSpec, frame_stride
 from wam_gym.utils.metrics import PSNR_CAP_DB
 
@@ -66,7 +67,7 @@ class FramesAgent:
 
 def score(predict, *, stride=2, replan=4, steps=8, static=False) -> dict:
     agent = FramesAgent(predict, replan)
-    scorer = ImaginationScore(ImaginationSpec(CAMERAS, (SIZE, SIZE), stride), agent)
+    scorer = ImaginationScore(ImaginationSpec(MoTConfig(cameras=CAMERAS, image_size=(SIZE, SIZE)), stride), agent)
     run_episode(SceneEnv(static), agent, max_steps=steps, observe=scorer.observe, after_act=scorer.after_act)
     return scorer.result()
 
@@ -161,3 +162,20 @@ def test_the_demo_report_shows_the_imagination_score_beside_the_copy_baseline(tm
     real, imagined = strip[:16].astype(int), strip[16:].astype(int)
     assert np.abs(real - imagined).max() <= 8  # the same steps (up to the mp4's compression)
     assert real[:, -16:].mean() > real[:, :16].mean() + 100  # columns run through the episode
+
+
+def test_a_model_drawing_another_orientation_is_scored_upright_camera_by_camera():
+    """A FastWAM LIBERO checkpoint sees and draws its frames mirrored (its convention); its predicted frames
+    leave it upright (ModelConfig.output_frames), each camera in its own place, and the real frame they are
+    scored against is the model's view turned the same way: the scene as the env rendered it."""
+    from agents.wam.fastwam.config import preset
+    from agents.wam.fastwam.inputs import convention
+    from agents.wam.frames import video_to_uint8
+
+    model = preset("fastwam_tiny", cameras=CAMERAS, image_size=(SIZE, SIZE), inputs=convention("fastwam_libero"))
+    pixels = {c: scene(0, c)[None] for c in CAMERAS}
+    drawn = video_to_uint8(model.input_frames(pixels, 1)[:, :, None])  # (1, 1, H, 2W, 3), as the model sees it
+    assert np.array_equal(drawn[0, 0, :, :SIZE], scene(0, "wrist")[:, ::-1])  # its own frame: mirrored
+    assert np.array_equal(model.output_frames(drawn)[0, 0], tiled(0))  # out upright, the cameras in their places
+    scorer = ImaginationScore(ImaginationSpec(model, 2), FramesAgent(lambda t: None, 4))
+    assert np.array_equal(scorer.real_frame({"pixels": {c: scene(0, c) for c in CAMERAS}}), tiled(0))

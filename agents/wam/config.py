@@ -171,6 +171,11 @@ class ModelConfig:
 
         return model_frames(pixels, self.cameras, self.image_size, num_images, device)
 
+    def output_frames(self, video):
+        """Decoded frames (..., H, W * cameras, 3) uint8, as the model draws them -> turned upright, as the
+        observation contract holds frames (a model trained on another orientation turns them back here)."""
+        return video
+
     def prompts(self, instructions: Sequence[str]) -> list[str]:
         """Instructions -> what the text encoder reads."""
         return list(instructions)
@@ -195,7 +200,7 @@ class ModelConfig:
     @property
     def default_frame_stride(self) -> int:
         """Env steps between predicted frames when a recipe does not say: the future spans the chunk
-        (FastWAM's 32 frames for 32 actions: every step, as their clips are cut)."""
+        (FastWAM's 8 frames for 32 actions: every 4th step, as their clips are cut)."""
         return max(1, self.action_horizon // max(1, self.num_future_frames))
 
     @property

@@ -177,6 +177,7 @@ class WAMPolicy:
         video = None
         if "video" in x0 and self.config.visualize_future_video:
             video = video_to_uint8(self.model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
+            video = self.model.config.output_frames(video)  # upright, as the contract's frames are
         return Prediction(actions=actions, video=video)
 
     def _condition(self, obs: Mapping[str, Any], batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -74,5 +74,5 @@ class WorldModel(WAMPolicy):
             zero = torch.zeros(batch, device=self.model.device)
             _, _, next_states = self.model(latents, zero, actions, zero, state, text, return_state=True)
             states = self.normalizer.unnormalize_state(next_states.cpu().numpy())
-        video = video_to_uint8(self.model.decode_latents(latents))
+        video = self.model.config.output_frames(video_to_uint8(self.model.decode_latents(latents)))
         return Prediction(actions=self.normalizer.unnormalize_actions(actions.cpu().numpy()), video=video, states=states)

@@ -6,8 +6,9 @@ replan; the model was trained on clips ``t, t+s, ..., t+F*s``, training/data/cli
 actor's :class:`ImaginationScore` keeps the predicted frames of the chunk being executed and,
 when the env reaches step ``k * frame_stride`` of that chunk, scores frame ``k`` against the
 observation the env returned there (PSNR capped at :data:`~wam_gym.utils.metrics.PSNR_CAP_DB`,
-and SSIM), the cameras tiled in the model's order at the model's image size, as
-:func:`agents.wam.frames.model_frames` gives them to the model. Alongside, the same scores for
+and SSIM), the cameras tiled in the model's order at the model's image size, as the model's input
+convention gives them to it (``ModelConfig.input_frames``: its resize or crop), turned upright as the
+model's predicted frames are (``output_frames``). Alongside, the same scores for
 the "copy the current frame" predictor (the replan's real current frame, as the model saw it),
 so a reader sees whether the model predicts motion at all: a model that does beats the copy.
 
@@ -46,8 +47,7 @@ TRAIN_CONFIG = "train_config.json"  # training.run_dir.RUN_CONFIG: next to the f
 class ImaginationSpec:
     """What an actor needs to score predicted frames (picklable)."""
 
-    cameras: tuple[str, ...]  # the model's, in its tiling order
-    image_size: tuple[int, int]  # per camera (H, W), the model's
+    model: Any  # the checkpoint's ModelConfig: its cameras, image size and input convention
     frame_stride: int  # env steps between predicted frames
     stride_source: str = "default"  # where frame_stride came from (a train_config.json, or the model's default)
 
@@ -70,7 +70,7 @@ def imagination_spec(evaluation, model, ckpt: Path | None) -> ImaginationSpec | 
                          f"this one runs video_mode={evaluation.video_mode or model.video_mode}: set "
                          "EVALUATION.imagination_score=null (or false), or evaluate a joint checkpoint")
     stride, source = frame_stride(model, ckpt)
-    return ImaginationSpec(tuple(model.cameras), tuple(int(s) for s in model.image_size), stride, source)
+    return ImaginationSpec(model, stride, source)
 
 
 def frame_stride(model, ckpt: Path | None) -> tuple[int, str]:
@@ -178,10 +178,9 @@ class ImaginationScore:
         return {**{name: float(v) for name, v in zip(RECORD_FIELDS[:4], means)}, "imagine_frames": self.frames_scored}
 
     def real_frame(self, obs: Mapping[str, Any]) -> np.ndarray:
-        """The env's cameras as the model sees them: (H, W * cameras, 3) uint8, at the model's size."""
-        from agents.wam.frames import model_frames, video_to_uint8
+        """The env's cameras as the model sees them, upright: (H, W * cameras, 3) uint8, at the model's size."""
+        from agents.wam.frames import video_to_uint8
 
-        pixels = obs[PIXELS]
-        x = model_frames({c: np.asarray(pixels[c])[None] for c in self.spec.cameras}, self.spec.cameras,
-                         self.spec.image_size, 1)
-        return video_to_uint8(x[:, :, None])[0, 0]  # back to uint8 as the policy's predicted frames are
+        model, pixels = self.spec.model, obs[PIXELS]
+        x = model.input_frames({c: np.asarray(pixels[c])[None] for c in model.cameras}, 1)
+        return model.output_frames(video_to_uint8(x[:, :, None]))[0, 0]  # as the policy's predicted frames are
