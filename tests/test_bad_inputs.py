@@ -880,6 +880,14 @@ def cases() -> list[Case]:
              ValueError, r"EVALUATION\.agent=python needs SERVE\.cameras=\[\.\.\.\]: the cameras your policy takes"),
         Case("serve-bad-port", call("wam_gym.serve.config:ServeSettings", port=70000), ValueError,
              r"SERVE\.port must be in \[0, 65535\] \(0: any free port\), got 70000"),
+        Case("serve-client-frames-unknown", call("wam_gym.serve.config:ServeSettings", client_frames="flipped"),
+             ValueError, r"SERVE\.client_frames='flipped' is not a frame orientation: choose one of \['mirrored', "
+             r"'rotated_180', 'upright', 'upside_down'\]"),
+        Case("serve-suite-unknown", call("wam_gym.serve.config:ServeSettings", suite="liberoo"), ValueError,
+             r"SERVE\.suite='liberoo' is not a suite: choose one of \[.*'libero'"),
+        Case("serve-obs-orientation-unknown", served_frame({"image_orientation": "sideways"}), ObservationError,
+             r"image_orientation='sideways' is not a frame orientation: send one of \['mirrored', 'rotated_180', "
+             r"'upright', 'upside_down'\], or leave it out"),
         Case("serve-episode-knob", call("wam_gym.serve.config:refuse_episode_knobs", ["EVALUATION.num_trials=5"]),
              ValueError, r"EVALUATION\.num_trials is an evaluation knob \(episodes, outputs, actors\): python -m "
              r"wam_gym\.serve runs no episodes and takes only the model-call knobs; drop it"),
@@ -904,6 +912,9 @@ def cases() -> list[Case]:
              r"EVALUATION\.agent=python needs EVALUATION\.policy=pkg\.module:factory"),
         Case("eval-python-policy-not-importable", eval_manager(agent="python", policy="nowhere:make"), ValueError,
              r"EVALUATION\.policy='nowhere:make': cannot import nowhere .*put its folder on PYTHONPATH"),
+        Case("eval-remote-frames-unknown", eval_manager(agent="remote", remote_url="ws://localhost:8000",
+                                                        remote_frames="sideways"), ValueError,
+             r"EVALUATION\.remote_frames='sideways' is not a frame orientation: choose one of"),
         Case("eval-remote-without-url", eval_manager(agent="remote"), ValueError,
              r"EVALUATION\.agent=remote needs EVALUATION\.remote_url=ws://host:port"),
         Case("eval-remote-bad-url", eval_manager(agent="remote", remote_url="http://localhost:8000"), ValueError,
