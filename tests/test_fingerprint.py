@@ -291,3 +291,7 @@ def test_a_policy_that_cannot_be_found_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^EVALUATION\.policy='no_such_pkg\.mod:f': cannot find no_such_pkg\.mod "
                                          r"\(.*\); install it or put its folder on PYTHONPATH$"):
         python_fingerprint("no_such_pkg.mod:f")
+    with pytest.raises(ValueError, match=r"^EVALUATION\.policy='no_such_module:f': cannot find no_such_module; "):
+        python_fingerprint("no_such_module:f")
+    with pytest.raises(ValueError, match=r"^EVALUATION\.policy='sys:f': sys has no source file to fingerprint"):
+        python_fingerprint("sys:f")  # built in

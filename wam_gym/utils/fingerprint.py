@@ -66,21 +66,22 @@ def python_fingerprint(target: str) -> str:
     alone when it is in no package. Finding it imports its parent packages, not the module."""
     name = target.partition(":")[0]
     try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError) as exc:
-        raise ValueError(f"EVALUATION.policy={target!r}: cannot find {name} ({exc}); install it or put its "
-                         "folder on PYTHONPATH") from None
-    if spec is None or not spec.has_location or not spec.origin:
+        spec, why = importlib.util.find_spec(name), ""
+    except (ImportError, ValueError) as exc:  # a parent package that is not there, or fails to import
+        spec, why = None, f" ({exc})"
+    if spec is None:
+        raise ValueError(f"EVALUATION.policy={target!r}: cannot find {name}{why}; install it or put its folder on "
+                         "PYTHONPATH")
+    if not spec.has_location or not spec.origin:
         raise ValueError(f"EVALUATION.policy={target!r}: {name} has no source file to fingerprint; name a module "
                          "of a file (pkg.module:factory)")
     origin = Path(spec.origin)
     depth = name.count(".") + bool(spec.submodule_search_locations)  # folders from the file up to the top package
-    if depth == 0:
-        files = [origin]
-        root = origin.parent
+    if depth == 0:  # a module in no package: its file alone
+        root, files = origin.parent, [origin]
     else:
         root = origin.parents[depth - 1]
-        files = sorted({origin, *_files(root, POLICY_FILES)})
+        files = sorted({origin, *_files(root, POLICY_FILES)})  # the module's own file whatever its suffix (.so)
     return _combined([("import", target), *((path.relative_to(root).as_posix(), path) for path in files)])
 
 
