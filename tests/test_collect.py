@@ -57,7 +57,7 @@ def test_cli_collects_expert_demos_that_the_reader_loads(tmp_path):
     assert info["total_frames"] == ds.num_frames == int(ds.episode_lengths.sum())
     assert info["features"]["observation.state"]["names"] == ["hand_x", "hand_y", "hand_z", "gripper"]
     assert info["features"]["observation.images.corner"]["info"]["orientation"] == "upright"  # as the env renders
-    assert ds.suites == ("metaworld",)
+    assert info["wam_gym"] == {"suites": ["metaworld"]}
     for ep in range(2):
         n = int(ds.episode_lengths[ep])
         assert 1 < n < 150  # the expert succeeds, which ends the episode

@@ -199,7 +199,7 @@ def info(root: str | Path) -> list[str]:
              "cameras " + ", ".join(f"{c} {'x'.join(map(str, ds.image_shape(c)))} {turned[c] or 'orientation unknown'}"
                                     for c in ds.cameras),
              f"tasks {len(ds.tasks)}: " + "; ".join(ds.tasks[:5]) + (" ..." if len(ds.tasks) > 5 else ""),
-             f"suites {', '.join(ds.suites) or 'unknown'}"]
+             f"suites {', '.join(provenance.recorded_suites(ds.info)) or 'unknown'}"]
     if not ds.stats_path.is_file():
         return [*lines, "stats: none (python -m training.collect --stats-only DIR computes them)"]
     names = [n for n in ("mean", "std", "min", "max", "q01", "q99") if n in ds.stats[LEROBOT_STATE]]

@@ -36,6 +36,7 @@ from training.config import TrainConfig
 from training.data.augment import AugmentedClips
 from training.data.clips import ClipDataset
 from training.data.lerobot import LeRobotDataset
+from training.data.lerobot.provenance import recorded_suites
 from training.engine import checkpoint_dir, latest_checkpoint, make_engine, resolve_mixed_precision
 from training.engine.checkpoint import staging_path
 from wam_gym.utils.publish import remove_dir
@@ -128,7 +129,7 @@ def _record_suite(model_cfg, dataset: LeRobotDataset) -> None:
     """A MoT saves the benchmark suite of its training data in its config (the policy server reads it to know
     what the field's drivers send): the dataset's one suite, None for several. A dataset that names none (one
     converted from elsewhere) leaves model.suite as set. FastWAM's suite is its input convention's."""
-    suites = dataset.suites
+    suites = recorded_suites(dataset.info)
     if suites and isinstance(model_cfg, MoTConfig):
         model_cfg.suite = suites[0] if len(suites) == 1 else None
 

@@ -49,6 +49,14 @@ def unknown_orientation(where: object, key: str, fix: str) -> DatasetError:
                         f"could learn from flipped frames: {fix} --frames {CHOICES}")
 
 
+def known(orientation: str | None, root: object, key: str) -> str:
+    """A reader's ``orientation`` of the feature ``key``; an unknown one refused, naming the command that states it."""
+    if orientation is None:
+        fix = f"state it by converting the dataset: python -m training.datasets convert {root} {root}-declared"
+        raise unknown_orientation(root, key, fix)
+    return orientation
+
+
 def writer_orientations(cameras: Sequence[str], orientations: Mapping[str, str] | None) -> dict[str, str]:
     """A writer's ``orientations``, checked: one per camera, each a name (None: all upright, as our envs render)."""
     if orientations is None:

@@ -349,19 +349,10 @@ class LeRobotDataset:
     def tasks(self) -> list[str]:
         return list(self._tasks)
 
-    @property
-    def suites(self) -> tuple[str, ...]:
-        """The benchmark suites its episodes were collected in (``training.collect`` records them); empty: unknown."""
-        return provenance.recorded_suites(self._info)
-
     def orientation(self, camera: str) -> str:
-        """How the camera's frames are stored (an ``envs.orientation`` name); :meth:`episode_frames` turns them
-        upright. Refused, naming the fix, when the dataset does not say (one from elsewhere)."""
+        """How the camera's frames are stored (``envs.orientation``); refused, naming the fix, when unknown."""
         self._check_camera(camera)
-        if self._orientations[camera] is None:
-            fix = f"state it by converting the dataset: python -m training.datasets convert {self.root} {self.root}-declared"
-            raise provenance.unknown_orientation(self.root, self._keys[camera], fix)
-        return self._orientations[camera]
+        return provenance.known(self._orientations[camera], self.root, self._keys[camera])
 
     def image_shape(self, camera: str) -> tuple[int, int, int]:
         """(H, W, 3) of a camera's stored frames."""
@@ -396,9 +387,8 @@ class LeRobotDataset:
         return self._episode_tasks[ep][0]
 
     def episode_frames(self, ep: int, camera: str) -> np.ndarray:
-        """The episode's frames of one camera, **upright** (the observation contract's, whatever the dataset
-        stores), uint8 (T, H, W, 3), read-only (cached); decodes only its span. Every reader of frames for a
-        model (training's clips, the world model) takes them here, so none sees another orientation."""
+        """The episode's frames of one camera **upright**, however stored: every reader for a model takes them
+        here. uint8 (T, H, W, 3), read-only (cached); decodes only its span."""
         ep = self._check_episode(ep)
         orientation = self.orientation(camera)
         key = (ep, camera)
@@ -438,8 +428,8 @@ class LeRobotDataset:
         return {path: sorted(spans) for path, spans in files.items()}
 
     def stored_frames(self, ep: int, camera: str) -> np.ndarray:
-        """The episode's frames of one camera as the files hold them, however turned (uncached): for tools that
-        copy or check the pixels (convert, statistics); models read :meth:`episode_frames`."""
+        """The episode's frames of one camera as stored, however turned (uncached): for tools that copy or check
+        pixels (convert, check, statistics); models read :meth:`episode_frames`."""
         ep = self._check_episode(ep)
         self._check_camera(camera)
         if camera not in self._videos:

@@ -66,7 +66,7 @@ class DatasetWriter:
         fps: float,
         cameras: Sequence[str],
         *,
-        robot_type: str = "wam_gym",
+        robot_type: str = provenance.OURS,
         state_names: Sequence[str] | None = None,
         action_names: Sequence[str] | None = None,
         episodes_per_file: int | None = DEFAULT_EPISODES_PER_FILE,
