@@ -2,7 +2,8 @@
 45d8e14: experiments/libero/eval_libero_single.py ``_obs_to_model_input``, ``_center_crop_resize``,
 ``_normalize_proprio``, ``_predict_action_chunk``; libero_utils.py ``get_libero_image``,
 ``invert_gripper_action``; src/fastwam/datasets/lerobot/utils/normalizer.py ``SingleFieldLinearNormalizer``
-in min/max mode). Written here, apart from wam_gym's implementation, so the tests compare two readings.
+in min/max mode, which their processor also runs on a training sample's actions). Written here, apart from
+wam_gym's implementation, so the tests compare two readings.
 
 Their observation is robosuite's: ``agentview_image`` and ``robot0_eye_in_hand_image`` as robosuite's
 renderer returns them (bottom row first), the state read from ``robot0_eef_pos``, ``robot0_eef_quat``,
@@ -71,8 +72,9 @@ def _scale_offset(stats: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return scale.float(), offset.float()
 
 
-def normalize_state(x: np.ndarray, stats: dict) -> torch.Tensor:
-    scale, offset = _scale_offset(stats["state"]["default"])
+def normalize_state(x: np.ndarray, stats: dict, group: str = "state") -> torch.Tensor:
+    """Their SingleFieldLinearNormalizer.forward: the affine map, then a clamp to [-5, 5] (actions in training too)."""
+    scale, offset = _scale_offset(stats[group]["default"])
     return torch.clamp(torch.as_tensor(x, dtype=torch.float32) * scale + offset, -5.0, 5.0)
 
 

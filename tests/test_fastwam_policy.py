@@ -104,7 +104,7 @@ def test_states_beyond_their_range_clamp_at_five(policy, stats):
 def test_training_actions_beyond_their_range_clamp_at_five(stats):
     """Their processor normalises a training sample's actions as its state, clamp included; so does ours (the
     clips python -m training reads, under dataset.normalization=fastwam_min_max)."""
-    normalizer = Normalizer.from_stats(from_fastwam_layout(stats, "their dataset_stats.json"))
+    normalizer = Normalizer.from_stats(from_fastwam_layout(stats, "their dataset_stats.json"), "fastwam_min_max")
     actions = np.random.default_rng(4).normal(0, 1, (3, 7)).astype(np.float32)
     actions[0, :3], actions[1, 3:6] = 1e3, -1e3
     ours = normalizer.normalize_actions(actions)

@@ -40,8 +40,8 @@ class DatasetConfig:
     augment: AugmentConfig = field(default_factory=AugmentConfig)  # the random ops of deterministic=false
     cache_episodes: int = 256  # decoded (episode, camera) pairs kept per process: shuffled clips hit them
     # state and actions into the model's range: null (state mean_std, actions min_max) | mean_std | min_max |
-    # quantiles (q01..q99 -> -1..1, LeRobot's QUANTILES) | fastwam_min_max (FastWAM's min/max, state clamped to
-    # +-5); recorded in the checkpoint for evaluation
+    # quantiles (q01..q99 -> -1..1, LeRobot's QUANTILES) | fastwam_min_max (FastWAM's min/max, state and actions
+    # clamped to +-5); recorded in the checkpoint for evaluation
     normalization: str | None = None
 
     def __post_init__(self) -> None:

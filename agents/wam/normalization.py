@@ -10,7 +10,8 @@ into the model's range, ``x' = (x - centre) / scale``:
 - ``quantiles``: both mapped from [q01, q99] to [-1, 1] (LeRobot's QUANTILES, pi0.5's default):
   robust to the rare outliers that stretch min/max, and values beyond them stay beyond +-1;
 - ``fastwam_min_max``: FastWAM's ``min/max`` (its LinearNormalizer): [min, max] to [-1, 1], a dimension
-  narrower than 1e-4 only shifted by its min, the normalised state clamped to [-5, 5].
+  narrower than 1e-4 only shifted by its min, the normalised state and actions clamped to [-5, 5] (what
+  training reads; their un-normalisation of predicted actions does not clamp, nor does ours).
 
 Each mode computes exactly what LeRobot 0.4.4's normalizer does, degenerate statistics included (a
 zero std or width; tests/fixtures/lerobot_normalization.json holds its outputs).
@@ -40,7 +41,7 @@ _DEFAULT = {LEROBOT_STATE: "mean_std", LEROBOT_ACTION: "min_max"}  # normalizati
 _NEEDS = {"mean_std": ("mean", "std"), "min_max": ("min", "max"), "quantiles": ("q01", "q99"),
           "fastwam_min_max": ("min", "max")}
 _FASTWAM_RANGE_TOL = 1e-4  # their SingleFieldLinearNormalizer.range_tol: narrower dimensions are only shifted
-_STATE_CLAMP = {"fastwam_min_max": 5.0}  # their forward() clamps what it normalises to +-5
+_CLAMP = {"fastwam_min_max": 5.0}  # their forward() clamps what it normalises (state and actions) to +-5
 
 
 def check_mode(mode: str | None) -> str | None:
@@ -135,10 +136,7 @@ class Normalizer:
     def normalize_state(self, state: np.ndarray) -> np.ndarray:
         if self.identity:
             return state.astype(np.float32)
-        normalized = (state - self.state_centre) / self.state_scale
-        if self.mode in _STATE_CLAMP:
-            normalized = np.clip(normalized, -_STATE_CLAMP[self.mode], _STATE_CLAMP[self.mode])
-        return normalized.astype(np.float32)
+        return self._clamped((state - self.state_centre) / self.state_scale)
 
     def unnormalize_state(self, state: np.ndarray) -> np.ndarray:
         if self.identity:
@@ -148,7 +146,12 @@ class Normalizer:
     def normalize_actions(self, actions: np.ndarray) -> np.ndarray:
         if self.identity:
             return actions.astype(np.float32)
-        return ((actions - self.action_centre) / self.action_scale).astype(np.float32)
+        return self._clamped((actions - self.action_centre) / self.action_scale)
+
+    def _clamped(self, normalized: np.ndarray) -> np.ndarray:
+        if self.mode in _CLAMP:
+            normalized = np.clip(normalized, -_CLAMP[self.mode], _CLAMP[self.mode])
+        return normalized.astype(np.float32)
 
     def unnormalize_actions(self, actions: np.ndarray) -> np.ndarray:
         if self.identity:

@@ -44,10 +44,11 @@ from agents.wam.checkpoint import (
 )
 from agents.wam.fastwam import wan_original
 from agents.wam.fastwam.action_dit import FastWAMActionDiT
-from agents.wam.fastwam.config import FastWAMConfig, preset
+from agents.wam.fastwam.config import FastWAMConfig
 from agents.wam.fastwam.embeddings import ProprioEncoder
-from agents.wam.fastwam.layout import LayoutError, to_ours, to_theirs
+from agents.wam.fastwam.layout import CheckpointMismatchError, LayoutError, to_ours, to_theirs
 from agents.wam.fastwam.model import BUILDERS, FastWAM
+from agents.wam.fastwam.their_config import TheirArchitecture, read_shapes
 from agents.wam.lora import load_lora, merged_state_dict
 from agents.wam.precision import module_dtype
 from wam_gym.utils.publish import atomic_dir
@@ -56,10 +57,6 @@ DENOISER = {"transformer": wan.WanTransformer3DModel, "action_expert": FastWAMAc
 ENCODERS = {"vae": AutoencoderKLWan, "text_encoder": UMT5EncoderModel}
 _PRECISION_GROUP = {"transformer": "backbone", "action_expert": "backbone", "proprio_encoder": "projectors",
                     "vae": "vae", "text_encoder": "text_encoder"}
-
-
-class CheckpointMismatchError(ValueError):
-    """Their checkpoint and the model disagree on a key or a shape; the message names them all."""
 
 
 # ----------------------------------------------------------------------------- their file
@@ -170,25 +167,25 @@ def _denoiser_on_meta(config: FastWAMConfig, dtype: torch.dtype | None = None) -
     return components if dtype is None else {name: module.to(dtype) for name, module in components.items()}
 
 
-ACTION_IN, PROPRIO_IN = "mot.mixtures.action.action_encoder.weight", "proprio_encoder.weight"
-
-
-def fit_config(flat: Mapping[str, torch.Tensor], config: FastWAMConfig) -> FastWAMConfig:
-    """``config`` with the action and proprio sizes the checkpoint was trained with (LIBERO: 7 and 8)."""
-    if missing := [key for key in (ACTION_IN, PROPRIO_IN) if key not in flat]:
-        raise CheckpointMismatchError(f"the checkpoint lacks {', '.join(missing)}")
-    return dataclasses.replace(config, action_dim=flat[ACTION_IN].shape[1], state_dim=flat[PROPRIO_IN].shape[1])
+def their_model_config(flat: Mapping[str, torch.Tensor], architecture: FastWAMConfig | TheirArchitecture) -> FastWAMConfig:
+    """The config a checkpoint (their flat layout) loads into: read from it (a :class:`TheirArchitecture`: sizes
+    from its shapes, the rest from their config, a preset or flags), or a given config with the checkpoint's
+    action and proprio sizes. Either way a checkpoint whose sizes contradict the input convention is refused."""
+    if isinstance(architecture, TheirArchitecture):
+        return architecture.config(flat)
+    shapes = read_shapes(flat)
+    architecture.inputs.check_fits(shapes.action_dim, shapes.state_dim, None, "the checkpoint")
+    return dataclasses.replace(architecture, action_dim=shapes.action_dim, state_dim=shapes.state_dim)
 
 
 def from_their_checkpoint(
-    path: str | Path, config: FastWAMConfig | None = None, encoders_from: str | Path | None = None
+    path: str | Path, architecture: FastWAMConfig | TheirArchitecture, encoders_from: str | Path | None = None
 ) -> FastWAM:
-    """A FastWAM with their checkpoint's weights. ``config`` defaults to the ``fastwam`` preset; its
-    action and proprio sizes come from the checkpoint. The VAE, UMT5 and tokenizer (not in their file)
-    come from ``encoders_from`` (:func:`_load_encoders`: Wan2.2-TI2V-5B's own folder, as their loader reads
-    it, or its diffusers folder), else they are built with random weights."""
+    """A FastWAM with their checkpoint's weights, of the config :func:`their_model_config` gives. The VAE,
+    UMT5 and tokenizer (not in their file) come from ``encoders_from`` (:func:`_load_encoders`: Wan2.2-TI2V-5B's
+    own folder, as their loader reads it, or its diffusers folder), else they are built with random weights."""
     flat = read_their_checkpoint(path)
-    config = fit_config(flat, config or preset("fastwam"))
+    config = their_model_config(flat, architecture)
     encoders = {} if encoders_from is None else _load_encoders(Path(encoders_from).expanduser(), config)
     # In the backbone's dtype from the start: a bf16 release is never upcast whole to fp32 on the way in.
     denoiser = _denoiser_on_meta(config, dtype=module_dtype(config.encoder_mode.backbone))
@@ -197,16 +194,17 @@ def from_their_checkpoint(
 
 
 def convert_their_checkpoint(
-    path: str | Path, directory: str | Path, config: FastWAMConfig | None = None, stats: str | Path | None = None,
-    encoders_from: str | Path | None = None,
+    path: str | Path, directory: str | Path, architecture: FastWAMConfig | TheirArchitecture,
+    stats: str | Path | None = None, encoders_from: str | Path | None = None,
 ) -> Path:
     """Their ``.pt`` -> our checkpoint directory (wam_config.json, transformer/, action_expert/,
-    proprio_encoder/; safetensors, in the checkpoint's own dtype). ``stats``: their ``dataset_stats.json``,
-    kept as the directory's (evaluation un-normalises with it). ``encoders_from``: a Wan2.2-TI2V-5B diffusers
-    folder whose ``vae/``, ``text_encoder/`` and ``tokenizer/`` are copied in (their file has none), so the
-    directory is a whole model; else :func:`load_fastwam` takes them from such a folder when loading."""
+    proprio_encoder/; safetensors, in the checkpoint's own dtype), of the config :func:`their_model_config`
+    gives. ``stats``: their ``dataset_stats.json``, kept as the directory's (evaluation un-normalises with it).
+    ``encoders_from``: a Wan2.2-TI2V-5B diffusers folder whose ``vae/``, ``text_encoder/`` and ``tokenizer/`` are
+    copied in (their file has none), so the directory is a whole model; else :func:`load_fastwam` takes them
+    from such a folder when loading."""
     flat = read_their_checkpoint(path)
-    config = fit_config(flat, config or preset("fastwam"))
+    config = their_model_config(flat, architecture)
     denoiser = _denoiser_on_meta(config, dtype=next(iter(flat.values())).dtype)
     _load_denoiser(denoiser, flat, config.preset)
     if stats is not None and not Path(stats).is_file():
@@ -267,7 +265,8 @@ def build_fastwam(config: FastWAMConfig) -> FastWAM:
     if config.preset != "fastwam_tiny":
         raise MissingCheckpointError(
             f"model={config.preset} fine-tunes FastWAM's released weights: convert them (python "
-            "scripts/convert_fastwam_checkpoint.py to-ours <their .pt> DIR --encoders <Wan2.2-TI2V-5B-Diffusers>) and "
+            "scripts/convert_fastwam_checkpoint.py to-ours <their .pt> DIR --inputs fastwam_libero --preset fastwam "
+            "--encoders <Wan2.2-TI2V-5B-Diffusers>) and "
             "set init_from=DIR (model=fastwam_tiny trains from random weights)")
     return FastWAM(config)
 
@@ -310,7 +309,7 @@ def read_our_checkpoint(directory: str | Path) -> dict[str, torch.Tensor]:
 def load_fastwam(directory: str | Path, encoders_from: str | Path | None = None, **overrides) -> FastWAM:
     """Load what :func:`save_fastwam` wrote. Encoders: the directory's own, else ``encoders_from``'s
     (a Wan2.2-TI2V-5B diffusers folder), else random weights. ``overrides`` replace fields of the saved
-    config that change no weights (``video_mode``, ``encoder_mode``)."""
+    config that change no weights (``video_mode``, ``encoder_mode``, ``sampler_precision``)."""
     root = Path(directory).expanduser()
     config = dataclasses.replace(_our_config(root), **overrides)
     parts = {name: _load(name, root / name, config) for name in DENOISER}

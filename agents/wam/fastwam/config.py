@@ -8,11 +8,15 @@ width, the proprio state one more token of the text context, and each modality i
 Presets:
     ``fastwam``       the released LIBERO model: 30 layers of 24 x 128 heads, video 3072 wide (ffn 14336,
                       48 latent channels), action DiT 1024 wide (ffn 4096); 128 text tokens + 1 proprio
-                      token; 2 cameras of 224 x 224 side by side; 33 frames; 32 actions of 7; proprio 8;
-                      shift 5 for video and actions; their LIBERO input conventions (``fastwam_libero``,
+                      token; 2 cameras of 224 x 224 side by side; 32 actions of 7 and a frame every 4 (their
+                      33 frames at action_video_freq_ratio 4); proprio 8; shift 5 for video and actions (train
+                      and inference, 1000 timesteps); their LIBERO input conventions (``fastwam_libero``,
                       :mod:`agents.wam.fastwam.inputs`). Their evaluation runs 10 denoising steps.
-    ``fastwam_tiny``  the same layout at 2 layers, 2 heads of 32, random weights: the size of the parity
-                      fixture made with their code (tests/fixtures/fastwam, scripts/fastwam_reference.py).
+    ``fastwam_tiny``  the same layout at 2 layers, 2 heads of 32, random weights, their schedules (shift 5):
+                      the size of the parity fixture made with their code (tests/fixtures/fastwam,
+                      scripts/fastwam_reference.py).
+
+Any other size of theirs is read from its checkpoint (:mod:`agents.wam.fastwam.their_config`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 from agents.wam.config import VIDEO_MODES, BackboneConfig, ModelConfig, TextEncoderConfig, VAEConfig, from_data
 from agents.wam.fastwam.inputs import FastWAMInputs, convention, from_saved
 from agents.wam.precision import PrecisionConfig
+
+SAMPLER_PRECISIONS = ("fp32", "model_dtype")
 
 
 @dataclass
@@ -70,7 +76,7 @@ class FastWAMConfig(ModelConfig):
     text_encoder: TextEncoderConfig = field(default_factory=lambda: TextEncoderConfig(max_length=10))  # UMT5, frozen
     encoder_mode: PrecisionConfig = field(default_factory=PrecisionConfig)  # per-module precision
     video_schedule: FlowScheduleConfig = field(default_factory=FlowScheduleConfig)  # the video latents' noise levels
-    action_schedule: FlowScheduleConfig = field(default_factory=lambda: FlowScheduleConfig(3.0, 3.0))  # the actions'
+    action_schedule: FlowScheduleConfig = field(default_factory=FlowScheduleConfig)  # the actions' noise levels
     cameras: tuple[str, ...] = ("agentview", "robot0_eye_in_hand")  # observation cameras, side by side
     image_size: tuple[int, int] = (32, 32)  # per camera (H, W)
     state_dim: int = 8  # proprio size: one linear map makes it a text-context token
@@ -78,12 +84,17 @@ class FastWAMConfig(ModelConfig):
     action_horizon: int = 8  # actions per chunk
     num_future_frames: int = 8  # predicted pixel frames after the current one (4 per latent frame)
     video_mode: str = "action_only"  # action_only: their infer_action (video K/V once per call); joint: infer_joint
+    # the dtype of the noise, timesteps and Euler steps: fp32 (wam_gym's) | model_dtype (theirs: the backbone's, so
+    # under bf16 the timesteps are rounded to bf16 and each step adds in bf16; the same as fp32 in an fp32 model)
+    sampler_precision: str = "fp32"
     inputs: FastWAMInputs = field(default_factory=FastWAMInputs)  # how observations and actions are read (inputs.py)
     vae_micro_batch_size: int | None = None  # VAE encode/decode in chunks of this many clips; null: whole batch
 
     def __post_init__(self) -> None:
         if self.video_mode not in VIDEO_MODES:
             raise ValueError(f"video_mode={self.video_mode!r}: choose one of {VIDEO_MODES}")
+        if self.sampler_precision not in SAMPLER_PRECISIONS:
+            raise ValueError(f"sampler_precision={self.sampler_precision!r}: choose one of {SAMPLER_PRECISIONS}")
         self.vae.check_future_frames(self.num_future_frames, "num_future_frames")
         if self.vae_micro_batch_size is not None and self.vae_micro_batch_size < 1:
             raise ValueError("vae_micro_batch_size must be null (whole batch) or a positive integer")
@@ -165,10 +176,10 @@ def _fastwam() -> FastWAMConfig:
         # UMT5-XXL's encoder; their LIBERO config truncates instructions to 128 tokens.
         text_encoder=TextEncoderConfig(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, max_length=128),
         encoder_mode=PrecisionConfig.uniform("bf16_full"),
-        action_schedule=FlowScheduleConfig(),
         image_size=(224, 224),
+        # their num_frames 33 at action_video_freq_ratio 4: 32 actions, and a frame every 4 actions (8 future frames)
         action_horizon=32,
-        num_future_frames=32,
+        num_future_frames=8,
         inputs=convention("fastwam_libero"),
     )
 

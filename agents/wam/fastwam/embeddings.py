@@ -33,11 +33,11 @@ class ProprioEncoder(ModelMixin, ConfigMixin):
 
 def timestep_features(timesteps: torch.Tensor, dim: int) -> torch.Tensor:
     """(...,) timesteps -> (..., dim) features [cos, sin] of t x 10000^(-i / (dim / 2)), computed in
-    float64 and returned in float32."""
+    float64 and returned in the timesteps' dtype (as theirs: bf16 timesteps give bf16 features)."""
     half = dim // 2
     freqs = torch.pow(10000.0, -torch.arange(half, dtype=torch.float64, device=timesteps.device) / half)
     angles = timesteps.double()[..., None] * freqs
-    return torch.cat([angles.cos(), angles.sin()], dim=-1).float()
+    return torch.cat([angles.cos(), angles.sin()], dim=-1).to(timesteps.dtype if timesteps.is_floating_point() else torch.float32)
 
 
 def rotary_1d(length: int, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

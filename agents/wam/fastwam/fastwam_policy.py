@@ -4,7 +4,7 @@
 the prompt cache, per-row noise seeds, the finiteness check, and the input/output convention the model's
 config gives: for FastWAM its checkpoint's ``inputs``, :mod:`agents.wam.fastwam.inputs`) around FastWAM's own
 inference: its Euler steps on its own schedules (:mod:`agents.wam.fastwam.sampling`: ``action_only`` runs
-their ``infer_action``, ``joint`` their ``infer_joint``).
+their ``infer_action``, ``joint`` their ``infer_joint``), from the noise their code draws for each row's seed.
 
     policy = FastWAMPolicy.from_checkpoint("ckpt/fastwam_libero")   # a directory the converter wrote
     chunk = policy.predict(obs, noise_seeds=[0, 1]).actions           # (B, 32, 7), LIBERO's units
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from agents.wam.fastwam.model import FastWAM
-from agents.wam.fastwam.sampling import sample_actions, sample_joint
+from agents.wam.fastwam.sampling import sample_actions, sample_joint, their_row_noise
 from agents.wam.inference_config import SamplerConfig
 from agents.wam.wam_policy import WAMPolicy, check_finite
 
@@ -65,11 +65,7 @@ class FastWAMPolicy(WAMPolicy):
                              "given actions (EVALUATION.agent=world_model takes a MoT checkpoint)")
         model, cfg = self.model, self.model.config
         steps, shift = self.sampler.config.num_inference_steps, self.sampler.config.shift
-        shapes = {"action": (cfg.action_horizon, cfg.action_dim)}
-        if cfg.video_mode == "joint":
-            c, _, h, w = current.shape[1:]
-            shapes["video"] = (c, cfg.latent_frames - 1, h, w)
-        noise = self._noise(current.shape[0], shapes, noise_seeds)
+        noise = self._their_noise(current, noise_seeds)
         if cfg.video_mode == "joint":
             future, x0 = sample_joint(model, current, text, state, noise["video"], noise["action"], steps, shift)
             prediction = {"action": x0, "video": future}
@@ -77,3 +73,15 @@ class FastWAMPolicy(WAMPolicy):
             prediction = {"action": sample_actions(model, current, text, state, noise["action"], steps, shift)}
         check_finite(prediction)
         return prediction
+
+    def _their_noise(self, current: torch.Tensor, seeds: Sequence[int] | None) -> dict[str, torch.Tensor]:
+        """Each row's noise as their code draws it for the row's seed (their_row_noise: the video's with the
+        current frame, from a generator of its own); without seeds, each row's seed from the policy's generator."""
+        cfg, (batch, c, _, h, w) = self.model.config, current.shape
+        if seeds is None:
+            seeds = torch.randint(2**62, (batch,), generator=self.generator).tolist()
+        if len(seeds) != batch:
+            raise ValueError(f"{len(seeds)} noise seeds for a batch of {batch}")
+        video = (c, cfg.latent_frames, h, w) if cfg.video_mode == "joint" else None
+        rows = [their_row_noise(int(seed), (cfg.action_horizon, cfg.action_dim), video) for seed in seeds]
+        return {key: torch.stack([row[key] for row in rows]).to(self.model.device) for key in rows[0]}

@@ -56,6 +56,11 @@ class FastWAMInputs:
     # the action's last dimension: as_is | open_one_to_libero (their 0 closed / 1 open -> LIBERO's -1 open / +1 closed)
     gripper: str = "as_is"
     binarize_gripper: bool = False  # send only the gripper action's sign
+    # What a checkpoint of this convention must be, checked when one is converted (null: any): the action it
+    # predicts and the state it reads (fastwam_libero: LIBERO's 7 and 8), and the env cameras it tiles, in order
+    action_dim: int | None = None
+    state_dim: int | None = None
+    cameras: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.resize not in RESIZES:
@@ -66,6 +71,16 @@ class FastWAMInputs:
         if "{task}" not in self.prompt_template:
             raise ValueError(f"inputs.prompt_template={self.prompt_template!r} must contain {{task}}, where the "
                              "instruction goes")
+
+    def check_fits(self, action_dim: int, state_dim: int, num_cameras: int | None, source: str) -> None:
+        """Refuse a checkpoint whose sizes contradict this convention (a RoboTwin model read as LIBERO's)."""
+        sizes = {"-d actions": (action_dim, self.action_dim), "-d state": (state_dim, self.state_dim),
+                 " cameras": (num_cameras, None if self.cameras is None else len(self.cameras))}
+        wrong = {what: pair for what, pair in sizes.items() if None not in pair and pair[0] != pair[1]}
+        if wrong:
+            has, needs = (", ".join(f"{pair[i]}{what}" for what, pair in wrong.items()) for i in (0, 1))
+            raise ValueError(f"{source} has {has}, and the input convention {self.name!r} has {needs}: pass the "
+                             f"--inputs its run was trained with (one of {sorted(CONVENTIONS)})")
 
     # ----------------------------------------------------------------- observation -> model
     def frames(self, pixels: Mapping[str, Any], cameras: Sequence[str], image_size: Sequence[int], batch: int,
@@ -150,6 +165,7 @@ CONVENTIONS = {
         name="fastwam_libero", suite="libero", orientation="mirrored", resize="cover_crop",
         prompt_template="A video recorded from a robot's point of view executing the following instruction: {task}",
         clean_prompt=True, gripper="open_one_to_libero", binarize_gripper=True,
+        action_dim=7, state_dim=8, cameras=("agentview", "robot0_eye_in_hand"),
     ),
 }
 

@@ -42,6 +42,10 @@ _GROUPS = (
 _BLOCK_KEY = re.compile(r"blocks\.(\d+)\.(.+)")
 
 
+class CheckpointMismatchError(ValueError):
+    """Their checkpoint and the model disagree on a key or a shape; the message names them all."""
+
+
 class LayoutError(KeyError):
     """A key that has no counterpart in the other layout."""
 

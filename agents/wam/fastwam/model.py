@@ -143,12 +143,12 @@ class FastWAM(FrozenEncoders):
     def _video_time(self, timestep: torch.Tensor, grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token timestep embedding of the video: 0 for the current frame's tokens, ``timestep`` (B,) after."""
         per_frame = grid[1] * grid[2]
-        tokens = timestep.float()[:, None].repeat(1, grid[0] * per_frame)
+        tokens = timestep[:, None].repeat(1, grid[0] * per_frame)
         tokens[:, :per_frame] = 0
         return wan.embed_time_features(self.transformer, timestep_features(tokens, self.transformer.config.freq_dim))
 
     def _action_time(self, timestep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = timestep_features(timestep.float(), self.action_expert.config.freq_dim)
+        features = timestep_features(timestep, self.action_expert.config.freq_dim)
         return wan.embed_time_features(self.action_expert, features)
 
     def _context(self, video_mod, action_mod, texts, rotary, cache: CallCache | None) -> LayerContext:

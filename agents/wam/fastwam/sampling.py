@@ -7,8 +7,13 @@
   actions from seeing the future video), as FastWAM itself checks.
 
 Each modality steps on its own schedule (``config.video_schedule``, ``config.action_schedule``); ``shift``
-overrides both inference shifts at once, as their ``sigma_shift`` does. Noise is an input: pass
-:func:`their_noise` to draw exactly what their code draws for a seed.
+overrides both inference shifts at once, as their ``sigma_shift`` does. Noise is an input: :func:`their_noise`
+draws exactly what their code draws for a seed (:func:`their_row_noise`: a row's, both modalities).
+
+``config.sampler_precision`` says in which dtype the noise, the timesteps and the Euler steps are kept:
+``fp32`` (ours), or ``model_dtype``, the backbone's, as their code does (under bf16 their timesteps are
+rounded to bf16 before the model sees them, and every Euler step adds in bf16). An fp32 model is the same
+either way; docs/fastwam_libero.md measures the two under bf16.
 """
 
 from __future__ import annotations
@@ -17,17 +22,36 @@ import torch
 
 from agents.wam.fastwam.model import CallCache, FastWAM
 from agents.wam.fastwam.schedule import FlowSchedule, euler_step
+from agents.wam.precision import module_dtype
 
 
 def their_noise(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
-    """The float32 CPU noise FastWAM draws for ``seed``: each modality from its own generator seeded
-    with ``seed`` (their video noise also covers the current frame, which they then overwrite)."""
+    """The float32 CPU noise FastWAM draws for ``seed`` and ``shape``: from a generator of its own seeded with
+    ``seed`` (one per modality, so each modality's noise starts afresh from the seed)."""
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
 
 
-def _grid(schedule, steps: int, shift: float | None, batch: int, device):
-    timesteps, deltas = FlowSchedule(schedule).inference(steps, shift, device)
-    return [(t.expand(batch), d) for t, d in zip(timesteps, deltas)]
+def their_row_noise(seed: int, action_shape: tuple[int, ...], video_shape: tuple[int, ...] | None = None) -> dict:
+    """One row's noise as their ``infer_joint`` draws it for ``seed`` (``infer_action`` draws the actions' alone):
+    ``action`` (T, A); ``video`` the future latents' (C, F - 1, h, w) of ``video_shape`` (C, F, h, w), which
+    they draw with the current frame and then overwrite it."""
+    noise = {"action": their_noise(seed, action_shape)}
+    if video_shape is not None:
+        noise["video"] = their_noise(seed, video_shape)[:, 1:]
+    return noise
+
+
+def sampler_dtype(model: FastWAM) -> torch.dtype:
+    """The dtype the sampler keeps noise, timesteps and steps in (``config.sampler_precision``)."""
+    if model.config.sampler_precision == "model_dtype":
+        return module_dtype(model.config.encoder_mode.backbone)
+    return torch.float32
+
+
+def _grid(schedule, steps: int, shift: float | None, batch: int, model: FastWAM):
+    timesteps, deltas = FlowSchedule(schedule).inference(steps, shift, model.device)
+    dtype = sampler_dtype(model)  # their grid is float32, then cast to the latents' dtype
+    return [(t.to(dtype).expand(batch), d.to(dtype)) for t, d in zip(timesteps, deltas)]
 
 
 @torch.no_grad()
@@ -35,13 +59,13 @@ def sample_actions(
     model: FastWAM, current: torch.Tensor, text: torch.Tensor, state: torch.Tensor, noise: torch.Tensor,
     steps: int, shift: float | None = None,
 ) -> torch.Tensor:
-    """(B, T, A) normalised actions from the current frame's latents (B, C, 1, h, w), the instruction's
-    embeddings (B, Lt, text_dim), the normalised proprio (B, S) and the action noise (B, T, A)."""
-    cache, actions = CallCache(), noise.to(model.device).float()
-    for timestep, delta in _grid(model.config.action_schedule, steps, shift, actions.shape[0], model.device):
+    """(B, T, A) normalised float32 actions from the current frame's latents (B, C, 1, h, w), the
+    instruction's embeddings (B, Lt, text_dim), the normalised proprio (B, S) and the action noise (B, T, A)."""
+    cache, actions = CallCache(), noise.to(model.device).to(sampler_dtype(model))
+    for timestep, delta in _grid(model.config.action_schedule, steps, shift, actions.shape[0], model):
         velocity = model.action_velocity(current, actions, timestep, text, state, cache)
         actions = euler_step(actions, velocity, delta)
-    return actions
+    return actions.float()
 
 
 @torch.no_grad()
@@ -49,14 +73,14 @@ def sample_joint(
     model: FastWAM, current: torch.Tensor, text: torch.Tensor, state: torch.Tensor, video_noise: torch.Tensor,
     action_noise: torch.Tensor, steps: int, shift: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(future latents (B, C, F-1, h, w), actions (B, T, A)), denoised together; ``video_noise`` covers
-    the future frames only."""
-    cache, batch = CallCache(), current.shape[0]
-    future, actions = video_noise.to(model.device).float(), action_noise.to(model.device).float()
-    video_grid = _grid(model.config.video_schedule, steps, shift, batch, model.device)
-    action_grid = _grid(model.config.action_schedule, steps, shift, batch, model.device)
+    """(future latents (B, C, F-1, h, w), actions (B, T, A)), denoised together, float32; ``video_noise``
+    covers the future frames only."""
+    cache, batch, dtype = CallCache(), current.shape[0], sampler_dtype(model)
+    future, actions = video_noise.to(model.device).to(dtype), action_noise.to(model.device).to(dtype)
+    video_grid = _grid(model.config.video_schedule, steps, shift, batch, model)
+    action_grid = _grid(model.config.action_schedule, steps, shift, batch, model)
     for (video_t, video_d), (action_t, action_d) in zip(video_grid, action_grid):
-        latents = torch.cat([current, future], dim=2)
+        latents = torch.cat([current.to(dtype), future], dim=2)
         video_v, action_v = model(latents, video_t, actions, action_t, text, state, cache)
         future, actions = euler_step(future, video_v, video_d), euler_step(actions, action_v, action_d)
-    return future, actions
+    return future.float(), actions.float()

@@ -62,5 +62,5 @@ class FlowSchedule:
 
 
 def euler_step(sample: torch.Tensor, velocity: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """One step along the predicted velocity: sigma changes by ``delta``."""
-    return sample + velocity * delta.to(sample.dtype)
+    """One step along the predicted velocity: sigma changes by ``delta``, in the sample's dtype (their step's)."""
+    return sample + velocity.to(sample.dtype) * delta.to(sample.dtype)
