@@ -28,6 +28,7 @@ from typing import Any
 from agents.wam.config import VIDEO_MODES, BackboneConfig, ModelConfig, TextEncoderConfig, VAEConfig, from_data
 from agents.wam.fastwam.inputs import FastWAMInputs, convention, from_saved
 from agents.wam.precision import PrecisionConfig
+from envs.orientation import UPRIGHT, reorient_tiles
 
 SAMPLER_PRECISIONS = ("fp32", "model_dtype")
 
@@ -107,8 +108,15 @@ class FastWAMConfig(ModelConfig):
     def suite(self) -> str | None:
         return self.inputs.suite
 
+    @property
+    def input_convention(self) -> str:
+        return self.inputs.name
+
     def input_frames(self, pixels, num_images: int, device=None):
         return self.inputs.frames(pixels, self.cameras, self.image_size, num_images, device)
+
+    def output_frames(self, video):
+        return reorient_tiles(video, len(self.cameras), self.inputs.orientation, UPRIGHT)
 
     def prompts(self, instructions):
         return self.inputs.prompts(instructions)
