@@ -295,3 +295,30 @@ def test_a_policy_that_cannot_be_found_is_one_line(tmp_path):
         python_fingerprint("no_such_module:f")
     with pytest.raises(ValueError, match=r"^EVALUATION\.policy='sys:f': sys has no source file to fingerprint"):
         python_fingerprint("sys:f")  # built in
+
+
+# ----------------------------------------------------------------- what the policy server's greeting says
+def greeted_fingerprint(config, ckpt: Path | None = None, stats: Path | None = None) -> str:
+    """The model fingerprint ``python -m wam_gym.serve`` greets its clients with, for ``config``."""
+    from wam_gym.serve.__main__ import served_identity
+    from wam_gym.serve.frames import ClientFrames
+    from wam_gym.serve.hello import ServedModel, greeting_metadata
+
+    identity = served_identity(config, ckpt, stats)
+    return greeting_metadata(ServedModel(("corner",)), identity, ClientFrames("auto", None))["model"]["fingerprint"]
+
+
+def test_the_greeting_shows_a_one_ulp_checkpoint_and_a_one_line_policy_as_other_models(ckpt, package):
+    from wam_gym.model_call import ModelCallConfig
+    from wam_gym.serve.config import ServeConfig
+
+    stats = ckpt / "dataset_stats.json"
+    stats.write_text('{"action": {"min": [0.0]}}')
+    served = ServeConfig(ckpt=str(ckpt))
+    before = greeted_fingerprint(served, ckpt, stats)
+    nudge_a_norm(ckpt)
+    assert greeted_fingerprint(served, ckpt, stats) != before
+    served = ServeConfig(EVALUATION=ModelCallConfig(agent="python", policy="mypolicy.policy:make_policy"))
+    before = greeted_fingerprint(served)
+    (package / "helpers.py").write_text("SCALE = 1.0\n# one more line\n")
+    assert greeted_fingerprint(served) != before
