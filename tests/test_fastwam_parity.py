@@ -339,7 +339,8 @@ def test_the_released_size_has_their_keys_shapes_and_parameter_count():
 def test_bf16_sampling_like_theirs_is_closer_to_their_bf16(their_pt, io, capsys):
     """Their LIBERO evaluation runs in bf16 (train.yaml mixed_precision): weights, noise, timesteps (rounded to
     bf16) and every Euler step in bf16. ``sampler_precision=model_dtype`` does the same; our default keeps the
-    sampler in fp32. Max |actions - fp32 reference| of each, and of ours against theirs (docs/fastwam_libero.md)."""
+    sampler in fp32. Max |actions - fp32 reference| of each, and of ours against theirs: docs/fastwam_libero.md's
+    table, printed by ``python -m pytest -q -s tests/test_fastwam_parity.py -k bf16``."""
     steps = FIXTURE_CONFIG["bf16_steps"]
     reference, theirs = io[f"infer.action_only.{steps}"], io[f"infer.bf16.action_only.{steps}"]
 
