@@ -144,7 +144,7 @@ def test_the_demo_report_shows_the_imagination_score_beside_the_copy_baseline(tm
     video[:, :, :16] = brightness[:, None, None, None]
     video[:-4, :, 16:] = brightness[4:, None, None, None]
     write_mp4(tmp_path / "eval" / "wam" / "videos" / task_slug(tasks[0]) / "00000.mp4", video)
-    (tmp_path / "train" / "checkpoint").mkdir(parents=True)  # the demo executes its whole chunk: replans fall on frames
+    (tmp_path / "train" / "checkpoint").mkdir(parents=True)  # the demo replans every 8 steps: replans fall on frames
     (tmp_path / "train" / "checkpoint" / "wam_config.json").write_text(json.dumps({"action_horizon": 32}))
     (tmp_path / "vae").mkdir()
     (tmp_path / "vae" / "fit_vae.json").write_text(json.dumps(
