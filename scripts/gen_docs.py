@@ -289,11 +289,17 @@ def case_nodes(module) -> tuple[dict[str, ast.expr], dict[str, str]]:
 
 def bad_inputs_page() -> str:
     module = importlib.import_module("tests.test_bad_inputs")
-    triggers, group_of = case_nodes(module)
+    triggers, group_of, home = {}, {}, {}  # each case id's trigger expression, group and defining module
+    for area in (module, *module.AREAS):
+        area_triggers, area_groups = case_nodes(area)
+        triggers |= area_triggers
+        group_of |= area_groups
+        home |= dict.fromkeys(area_triggers, area)
     parts = ["# Bad inputs",
              "Every way to hold wam_gym wrong that the tests know, and the one-line error it gives, which names "
              "the fix. The command lines print it as the last line of stderr, `error: ...`, with no traceback "
-             "(set `HYDRA_FULL_ERROR=1` for Hydra's). Each row is a case of `tests/test_bad_inputs.py`, which "
+             "(set `HYDRA_FULL_ERROR=1` for Hydra's). Each row is a case of `tests/test_bad_inputs.py` (and its areas in "
+             "`tests/bad_inputs/`), which "
              "triggers it and checks the message's first line; `…` stands for what varies (paths, values). "
              "Link a case as `reference/bad-inputs.md#<case id>`."]
     sections: list[tuple[str, list[tuple[str, ...]]]] = []  # in CASES order: a new one where the group changes
@@ -302,8 +308,8 @@ def bad_inputs_page() -> str:
         if not sections or sections[-1][0] != group:
             sections.append((group, []))
         error = f"exit status {case.error}" if isinstance(case.error, int) else code(case.error.__name__)
-        sections[-1][1].append((f'<a id="{case.id}"></a>{code(case.id)}',
-                                trigger_text(case, triggers.get(case.id), module), error, code(readable(case.fix))))
+        trigger = trigger_text(case, triggers.get(case.id), home.get(case.id, module))
+        sections[-1][1].append((f'<a id="{case.id}"></a>{code(case.id)}', trigger, error, code(readable(case.fix))))
     for group, rows in sections:
         parts += [f"## {prose(group[0].upper() + group[1:])}",
                   table(("case", "triggered by", "error", "message (names the fix)"), rows)]

@@ -1,10 +1,11 @@
 """The bad-input catalogue: each way to hold wam_gym wrong, and the one-line error that names the fix.
 
-One table (``CASES``), the one source of the catalogue: docs/reference/bad-inputs.md is generated from
-it (scripts/gen_docs.py; tests/test_docs.py fails while the page is stale). A case is triggered
-in-process where possible; the four ``python -m`` cases run as real subprocesses, all at once (each
-pays seconds of imports), and must end stderr with one ``error: ...`` line and no traceback. For every
-case the message's FIRST line must match the case's regex, and the regex includes the fix.
+One table (``CASES``: this module's ``cases()``, then each area's in tests/bad_inputs/), the one
+source of the catalogue: docs/reference/bad-inputs.md is generated from it (scripts/gen_docs.py;
+tests/test_docs.py fails while the page is stale). A case is triggered in-process where possible;
+the four ``python -m`` cases run as real subprocesses, all at once (each pays seconds of imports),
+and must end stderr with one ``error: ...`` line and no traceback. For every case the message's
+FIRST line must match the case's regex, and the regex includes the fix.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import ctypes.util
 import importlib.util
 import io
 import os
+import pkgutil
 import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,55 +28,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.bad_inputs import Case, Ctx, Shared
+
 ROOT = Path(__file__).resolve().parents[1]
 MW = "wam_gym/MetaWorld-pick-place-v3"
 LIBERO = "wam_gym/LIBERO-Spatial-v0:0"
 CLI_TIMEOUT_S = 300
-
-
-# ----------------------------------------------------------------------------- shared, built on first use
-class Shared:
-    """What several cases need, built once per module and only if a case asks."""
-
-    def __init__(self, root: Path):
-        self.root = root
-
-    @cached_property
-    def policy(self):
-        from agents.wam import InferenceConfig, SamplerConfig, WAMPolicy, build_model, preset
-
-        torch.manual_seed(0)
-        return WAMPolicy(build_model(preset("tiny")), InferenceConfig(sampler=SamplerConfig(num_inference_steps=2)))
-
-    @cached_property
-    def ckpt(self) -> Path:
-        from agents.wam import save_pretrained
-
-        return save_pretrained(self.policy.model, self.root / "ckpt")
-
-    @cached_property
-    def dataset(self) -> Path:
-        from tests.test_dataset import _write  # cameras corner (32x48) and wrist (24x24), 3-d actions
-
-        _write(self.root / "dataset", lengths=(4, 5))
-        return self.root / "dataset"
-
-
-@dataclass
-class Ctx:
-    tmp: Path
-    monkeypatch: pytest.MonkeyPatch
-    shared: Shared
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    trigger: Callable[[Ctx], object] | tuple[str, ...]  # a callable, or `python -m <argv>`
-    error: type[BaseException] | int  # the exception's exact type, or the CLI's exit status
-    fix: str  # regex the message's first line must match; it names the fix
-    needs: str | None = None  # a module the case needs (skipped without it)
-    absent: str | None = None  # a module that must be missing (skipped with it)
 
 
 # ----------------------------------------------------------------------------- triggers
@@ -1005,7 +962,10 @@ def cases() -> list[Case]:
     ]
 
 
-CASES = cases()
+# Each module of tests/bad_inputs/ holds one area's cases(), in the order of their names.
+AREAS = tuple(importlib.import_module(f"tests.bad_inputs.{m.name}")
+              for m in sorted(pkgutil.iter_modules([str(ROOT / "tests/bad_inputs")]), key=lambda m: m.name))
+CASES = cases() + [case for area in AREAS for case in area.cases()]
 CLI_IN_PROCESS = {"wam_gym.envs"}  # argparse CLIs cheap enough to call in this process
 
 

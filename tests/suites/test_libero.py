@@ -528,9 +528,9 @@ def libero_views():
     """LIBERO-Spatial task 0, init state 0, settled with FastWAM's protocol's 30 no-ops, at 256 px: our env's
     upright observation, robosuite's raw frames as its own renderer draws them for the field's drivers and
     FastWAM's evaluation (bottom row first), and robosuite's observation dict (their state's source)."""
+    _needs_libero()
     from robosuite.utils.binding_utils import MjRenderContextOffscreen
 
-    _needs_libero()
     env = LiberoEnv(suite="Spatial", task_id=0, image_size=256, settle_steps=30)
     try:
         obs, _ = env.reset(options={"init_state_id": 0})

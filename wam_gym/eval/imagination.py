@@ -51,6 +51,12 @@ class ImaginationSpec:
     frame_stride: int  # env steps between predicted frames
     stride_source: str = "default"  # where frame_stride came from (a train_config.json, or the model's default)
 
+    @property
+    def record(self) -> dict[str, Any]:
+        """What summary.json says of how predicted frames were scored."""
+        return {"cameras": list(self.model.cameras), "image_size": list(self.model.image_size),
+                "frame_stride": self.frame_stride, "stride_source": self.stride_source}
+
 
 def imagination_spec(evaluation, model, ckpt: Path | None) -> ImaginationSpec | None:
     """The scorer's settings for this evaluation, or None when it does not run.

@@ -471,7 +471,7 @@ class EvalManager:
             "resume_mismatch": self.resume_mismatch,  # the differences a resume was allowed to ignore
             "image_resized": self.image_resized,  # env frames resized to the model's (allow_image_resize)
             # how predicted frames were scored (null: not scored): cameras, size, the env steps between frames
-            "imagination": None if self.imagination is None else dataclasses.asdict(self.imagination),
+            "imagination": None if self.imagination is None else self.imagination.record,
             "stopping": self.stopping.report(),  # EVALUATION.target_ci_halfwidth / compare_to: what they decided
             "records_set_aside": self.store.set_aside,  # corrupt or misplaced record files moved aside
             "config": self.composed,

@@ -9,6 +9,9 @@ those) in the target's own directory, because a rename is only atomic within one
   the new one is: on Linux the two are swapped in one ``renameat2(RENAME_EXCHANGE)`` call; where
   that is not available the old one is renamed aside first and :func:`recover_dir` puts it back
   if a kill came between the two renames.
+* :func:`check_destination`: the one rule for every command that writes a path the user names: what is
+  already there (a file, a directory holding anything) is replaced only when the user said so
+  (``--overwrite``), and the refusal comes before any work.
 * :func:`writer_lock`: one writer per target. A second command writing the same directory is
   refused, naming the first (its pid, host, command and start), instead of deleting its staging
   directory under it. The lock is the kernel's (``flock``), so a killed holder frees it at once.
@@ -67,6 +70,31 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+class DestinationExists(FileExistsError):
+    """A command was pointed at a path that already holds something, without leave to replace it."""
+
+
+def check_destination(path: str | os.PathLike, overwrite: bool, flag: str = "--overwrite") -> None:
+    """Refuse ``path`` if it holds anything (a file, a link, a non-empty directory) unless ``overwrite``.
+
+    An empty directory is taken as made for the output. Call it before loading or computing anything,
+    so a refusal costs nothing; ``flag`` is how the user says "replace it" to this command.
+    """
+    path = Path(path)
+    if overwrite or not (path.exists() or path.is_symlink()):
+        return
+    if path.is_dir() and not path.is_symlink():
+        entries = sorted(p.name for p in path.iterdir())
+        if not entries:
+            return
+        held = f"a directory holding {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({', '.join(entries[:3])}" \
+               f"{', ...' if len(entries) > 3 else ''})"
+    else:
+        held = "a link" if path.is_symlink() else "a file"
+    raise DestinationExists(f"{path} already exists ({held}) and nothing is written over it: write to a new path, "
+                            f"or pass {flag} to replace it")
 
 
 class TargetBusyError(RuntimeError):
