@@ -91,11 +91,16 @@ def vector_space(dim: int, low: float = -np.inf, high: float = np.inf) -> spaces
     return spaces.Box(low, high, (dim,), np.float32)
 
 
+MAX_IMAGE_SIZE = 4096  # pixels a side: more is a typo (a camera's buffer of 10^5 x 10^5 would not fit in memory)
+
+
 def parse_image_size(image_size: int | Sequence[int]) -> tuple[int, int]:
     """``128`` or ``(height, width)`` -> (height, width)."""
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
-        raise ValueError(f"image_size must be a positive int or (height, width), got {image_size!r}")
+    if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s <= MAX_IMAGE_SIZE
+                                 for s in size):
+        raise ValueError(f"image_size must be a positive int or (height, width), got {image_size!r}: give sides "
+                         f"in [1, {MAX_IMAGE_SIZE}] pixels")
     return size
 
 

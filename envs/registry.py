@@ -96,15 +96,18 @@ def suite_named(name: str, knob: str = "suite") -> Suite:
 
 
 def register_envs() -> None:
-    """Register every id with gymnasium (idempotent)."""
+    """Register every id with gymnasium (idempotent); its constructor keywords are type-checked on make
+    (envs/kwargs.py)."""
     import gymnasium
+
+    from envs.kwargs import CheckedEntry
 
     for id_, suite in all_env_ids().items():
         if id_ in gymnasium.registry:
             continue
         gymnasium.register(
             id=id_,
-            entry_point=suite.entry_point,
+            entry_point=CheckedEntry(suite.entry_point, id_),
             kwargs=dict(suite.env_kwargs[id_]),
             max_episode_steps=suite.episode_steps(id_),
         )
