@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -148,7 +149,8 @@ class Demo:
         command = [sys.executable, "-m", "wam_gym.world_model_eval", "--world-model", str(wm / "train" / "checkpoint"),
                    "--detector", str(wm / "detector"), "--output", str(wm / "eval"), "--trials", str(c.world_model.trials),
                    "--steps", str(c.max_episode_steps), "--detector-episodes", str(c.world_model.detector_episodes),
-                   "--inference-steps", str(c.inference_steps), "--shift", str(c.shift)]
+                   "--inference-steps", str(c.inference_steps), "--shift", str(c.shift),
+                   "--overwrite"]  # a stage not finished yet: what it left is the demo's own, redone
         for task in c.tasks:
             command += ["--task", task]
         for policy in c.world_model.policies:
@@ -459,8 +461,29 @@ def _vae_markdown(report: dict) -> list[str]:
             f"{vae['held_out_psnr']:.1f} dB PSNR; predicting the mean image scores {vae['mean_image_psnr']:.1f} dB.", ""]
 
 
+# What each number flag takes; beyond the upper bound a value is a typo (the full demo uses 800, 2000, 12, 10, 8, 0.5).
+FLAG_RANGES = {"vae_steps": (1, 1_000_000), "train_steps": (1, 1_000_000), "episodes": (1, 10_000),
+               "trials": (1, 10_000), "replan_steps": (0, 32), "action_noise": (0.0, 10.0)}
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every flag checked before the first stage starts (a bad one used to surface stages, minutes, later)."""
+    for name, (low, high) in FLAG_RANGES.items():
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            what = "a number" if isinstance(low, float) else "an integer"
+            note = " (0: the whole chunk)" if name == "replan_steps" else ""
+            raise ValueError(f"--{name.replace('_', '-')} {value}: give {what} in [{low}, {high}]{note}")
+    output = Path(args.output)
+    if not args.output.strip():
+        raise ValueError("--output '': give a folder for the demo's outputs (default outputs/demo)")
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output {output} is a file: give a folder for the demo's outputs")
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m wam_gym.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default="outputs/demo")
     parser.add_argument("--quick", action="store_true", help="a seconds-to-minutes smoke run of every stage")
     parser.add_argument("--vae-steps", type=int)
@@ -472,6 +495,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--world-model", action="store_true",
                         help="then train a world model on several behaviours and rank policies in it (stages 7-10)")
     args = parser.parse_args(argv)
+    try:
+        check_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     config = DemoConfig.quick(args.output) if args.quick else DemoConfig(output=args.output)
     for name in ("vae_steps", "train_steps", "episodes", "trials", "replan_steps", "action_noise"):
         if getattr(args, name) is not None:

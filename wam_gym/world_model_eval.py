@@ -25,13 +25,19 @@ privileged state, which the world model takes from the simulator stepped alongsi
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from wam_gym.utils.cli import fail
+
+CONFIG_FILE = "detector.json"  # training.success_detector.CONFIG_FILE (that module imports torch)
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -264,8 +270,88 @@ def table(outcomes: dict) -> str:
     return "\n".join(rows)
 
 
+# Upper bounds: beyond them a value is a typo (a million trials of 150 steps is weeks of simulation).
+COUNTS = {"trials": (1, 10_000), "steps": (1, 100_000), "inference_steps": (1, 1000), "detector_episodes": (2, 10_000)}
+RESULT_FILES = ("results.json", "scatter.png", "summary.md")
+
+
+def check_args(args: argparse.Namespace) -> tuple[list[PolicySpec], list[str]]:
+    """Every argument checked before any episode runs or model loads: (the policies, the tasks)."""
+    for name, (low, high) in COUNTS.items():
+        value = getattr(args, name)
+        if not low <= value <= high:
+            why = " (whole episodes are held out to measure the detector)" if name == "detector_episodes" else ""
+            raise ValueError(f"--{name.replace('_', '-')} {value}: give an integer in [{low}, {high}]{why}")
+    if not (math.isfinite(args.shift) and args.shift > 0):
+        raise ValueError(f"--shift {args.shift}: give a finite number > 0 (the demo's is 3.0)")
+    specs = [PolicySpec.parse(p) for p in args.policy]
+    if len({s.name for s in specs}) < 2:
+        raise ValueError("--policy: give two or more different policies (a correlation ranks them)")
+    _check_checkpoint(args.world_model, "--world-model")
+    for spec in specs:
+        if spec.kind == "wam":
+            _check_checkpoint(spec.target, f"--policy wam={spec.target}")
+        elif spec.kind == "python":
+            _check_factory(spec.target)
+    _check_folders(Path(args.detector), Path(args.output), args.overwrite)
+    return specs, _tasks(args.tasks)
+
+
+def _check_checkpoint(path: str, flag: str) -> None:
+    from wam_gym.eval.preflight import CONFIG_FILE
+
+    if not (Path(path).expanduser() / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{flag}: {path} is not a WAM checkpoint directory (no {CONFIG_FILE}); pass the "
+                                "directory python -m training saved (e.g. outputs/demo/train/checkpoint)")
+
+
+def _check_factory(target: str) -> None:
+    """``python=pkg.module:factory`` names an importable callable (else it fails after the detector is trained)."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--policy python={target}: write it as python=pkg.module:factory")
+    try:
+        module = importlib.import_module(module_name)
+    except (ImportError, SyntaxError) as exc:
+        raise ValueError(f"--policy python={target}: cannot import {module_name} ({exc}); install it or put its "
+                         "folder on PYTHONPATH") from None
+    if not callable(getattr(module, attr, None)):
+        raise ValueError(f"--policy python={target}: {module_name} has no callable {attr!r}; name a "
+                         "factory(device) that returns a Policy (agents/policy.py)")
+
+
+def _check_folders(detector: Path, output: Path, overwrite: bool) -> None:
+    from wam_gym.utils.run_dir import read_record
+
+    if detector.exists() and not detector.is_dir():
+        raise ValueError(f"--detector {detector} is a file: pass a folder (a trained detector's, or a new one to "
+                         "train it in)")
+    if (detector / CONFIG_FILE).exists():
+        read_record(detector / CONFIG_FILE, "train a new detector: pass a new --detector folder")
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output {output} is a file: pass a folder for {', '.join(RESULT_FILES)}")
+    written = [name for name in RESULT_FILES if (output / name).exists()]
+    if written and not overwrite:
+        raise ValueError(f"--output {output} already holds {', '.join(written)}: pass a new --output, or --overwrite "
+                         "to replace them")
+
+
+def _tasks(tasks: list[str] | None) -> list[str]:
+    """The env ids (default: the demo's four), each registered and its simulator installed."""
+    from envs.errors import MissingSimulatorError
+    from envs.registry import suite_of
+    from wam_gym.eval.tasks import TASK_SETS
+
+    tasks = tasks or list(TASK_SETS["metaworld_demo"])
+    for task in tasks:
+        suite = suite_of(task)  # an unknown id: its error names the near ones
+        if not suite.installed():
+            raise MissingSimulatorError(f"--task {task}: {suite.title} is not installed; {suite.install}")
+    return tasks
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m wam_gym.world_model_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-model", required=True, help="a WAM checkpoint (its video prediction is the world)")
     parser.add_argument("--detector", required=True, help="a success detector folder; trained there first if it holds none")
     parser.add_argument("--detector-episodes", type=int, default=8, help="a new detector's episodes per task and behaviour")
@@ -276,28 +362,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=150, help="step limit of every episode, in both worlds")
     parser.add_argument("--inference-steps", type=int, default=10, help="denoising steps of every model call")
     parser.add_argument("--shift", type=float, default=3.0, help="flow shift of every model call (the demo's)")
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--output", required=True, help=f"a folder for {', '.join(RESULT_FILES)}")
+    parser.add_argument("--overwrite", action="store_true", help="replace the results an earlier run left in --output")
     args = parser.parse_args(argv)
     try:
-        specs = [PolicySpec.parse(p) for p in args.policy]
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.detector_episodes < 2:
-        parser.error("--detector-episodes: give 2 or more (whole episodes are held out to measure the detector)")
-    if len({s.name for s in specs}) < 2:
-        parser.error("--policy: give two or more different policies (a correlation ranks them)")
+        specs, tasks = check_args(args)
+        run(args, specs, tasks)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        fail(exc)
+
+
+def run(args: argparse.Namespace, specs: list[PolicySpec], tasks: list[str]) -> None:
+    """Train the detector where there is none, run every policy in both worlds, write the results."""
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    from wam_gym.eval.tasks import TASK_SETS
-
-    tasks = args.tasks or list(TASK_SETS["metaworld_demo"])
-    if not (Path(args.detector) / "detector.json").is_file():
+    if not (Path(args.detector) / CONFIG_FILE).is_file():
         train_detector(args.world_model, tasks, Path(args.detector), args.inference_steps, args.shift,
                        args.detector_episodes)
     outcomes = evaluate(specs, tasks, args.trials, args.steps, args.world_model, args.detector,
                         args.inference_steps, args.shift)
     summary = agreement(outcomes)
-    detector = json.loads((Path(args.detector) / "detector.json").read_text())["metrics"]
+    detector = json.loads((Path(args.detector) / CONFIG_FILE).read_text())["metrics"]
     result = {"agreement": summary, "detector": detector, "outcomes": outcomes,
               "settings": {"trials": args.trials, "steps": args.steps, "inference_steps": args.inference_steps,
                            "shift": args.shift, "world_model": args.world_model, "tasks": tasks}}
@@ -312,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
                  f"(on imagined frames {detector.get('imagined_held_out_balanced_accuracy', float('nan')):.3f})")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    print(f"written to {out}: results.json, scatter.png, summary.md")
+    print(f"written to {out}: {', '.join(RESULT_FILES)}")
 
 
 if __name__ == "__main__":
