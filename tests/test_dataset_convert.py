@@ -197,4 +197,25 @@ def test_cli_convert_and_refusals(v21, tmp_path):
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["frames"] == sum(LENGTHS)
     again = cli(str(tmp_path / "out"), "--frames", "upright")
-    assert again.returncode == 1 and "exists: convert into a new directory" in again.stderr
+    assert again.returncode == 1 and again.stderr.endswith("and nothing is written over it: write to a new path, or pass "
+                                                           "--overwrite to replace it\n"), again.stderr
+
+
+def test_the_destination_follows_the_one_rule_of_every_writer(v21, tmp_path):
+    """An empty directory is written; one holding anything is refused before any work unless --overwrite, which
+    replaces it only once the new dataset is complete (so a dataset may be converted into itself)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert convert(v21[0], empty, orientation="upright")["frames"] == sum(LENGTHS)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"notes already exists \(a directory holding 1 entry \(notes.txt\)\) "
+                                              r"and nothing is written over it: .* pass --overwrite to replace it"):
+        convert(v21[0], notes, orientation="upright")
+    assert (notes / "notes.txt").read_text() == "mine"
+    convert(empty, empty, overwrite=True)  # in place: read whole, then swapped in
+    assert check(empty)[0].startswith(f"opened: 3 episodes, {sum(LENGTHS)} frames")
+    with pytest.raises(DatasetError, match=r"lie one inside the other: convert into a directory beside the source"):
+        convert(empty, tmp_path, overwrite=True)  # would delete its own source
+    assert check(empty)

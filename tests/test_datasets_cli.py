@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.data import DatasetError, DatasetWriter
+from training.data import DatasetError, DatasetWriter, LeRobotDataset
 from training.data.lerobot import QUANTILE_NAMES
 from training.data.lerobot.convert import convert
 from training.datasets import check, info
@@ -162,10 +163,57 @@ def test_what_training_trusts_is_checked_where_the_dataset_is_opened(damaged, da
 
 
 def test_a_symlink_out_of_the_dataset_is_refused(damaged, tmp_path):
-    """A file of the dataset that is a link to elsewhere is outside it too (paths are resolved)."""
+    """A file of the dataset that is a link to elsewhere is outside it too (paths are resolved), and the message
+    names the link and where it leads, not the path template."""
     outside = tmp_path / "elsewhere.parquet"
     data = damaged / "data/chunk-000/file-000.parquet"
     data.rename(outside)
     data.symlink_to(outside)
-    with pytest.raises(DatasetError, match=r"names 'data/chunk-000/file-000.parquet', which is outside the dataset"):
+    with pytest.raises(DatasetError, match=rf"^{data} is a link to {outside}, outside the dataset \({damaged}\): .*copy "
+                                           "the file into the dataset in place of the link"):
         check(damaged)
+
+
+def as_hf_snapshot(dataset: Path, hub: Path, repo: str = "datasets--lerobot--demo", revision: str = "0" * 40) -> Path:
+    """``dataset`` as huggingface_hub lays a download out in its cache: each file a blob named by its hash under
+    ``hub/<repo>/blobs/``, and the snapshot a tree of relative links to them; returns the snapshot."""
+    import hashlib
+    import os
+
+    snapshot = hub / repo / "snapshots" / revision
+    for path in sorted(p for p in dataset.rglob("*") if p.is_file()):
+        blob = hub / repo / "blobs" / hashlib.sha256(path.read_bytes()).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, blob)
+        pointer = snapshot / path.relative_to(dataset)
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+    (hub / repo / "refs").mkdir()
+    (hub / repo / "refs/main").write_text(revision)
+    return snapshot
+
+
+def test_a_hugging_face_cache_snapshot_reads_and_its_links_may_not_leave_its_repository(sound, tmp_path):
+    """Every file of a snapshot is a link into its repository's blobs/ (a regression of round three refused them
+    all); a link out of the repository, to another repository's blobs or anywhere else, is still refused."""
+    snapshot = as_hf_snapshot(sound, tmp_path / "hub")
+    assert all(p.is_symlink() for p in snapshot.rglob("*.parquet"))
+    assert check(snapshot)[0].startswith("opened: 3 episodes, 19 frames at 20 fps")
+    assert LeRobotDataset(snapshot).episode_frames(2, "wrist").shape == (5, 16, 24, 3)
+    summary = convert(snapshot, tmp_path / "copy")
+    assert summary["frames"] == 19 and check(tmp_path / "copy")
+
+    other = as_hf_snapshot(sound, tmp_path / "hub", repo="datasets--someone--else")
+    stats = snapshot / "meta/stats.json"
+    stats.unlink()
+    stats.symlink_to((other / "meta/stats.json").resolve())
+    with pytest.raises(DatasetError, match=rf"^{stats} is a link to {tmp_path}/hub/datasets--someone--else/blobs/\w+, "
+                                           rf"outside the dataset \({tmp_path}/hub/datasets--lerobot--demo\)"):
+        check(snapshot)
+    video = snapshot / "videos/observation.images.wrist/chunk-000/file-000.mp4"
+    stats.unlink()
+    stats.symlink_to(os.path.relpath(other / "meta/stats.json", stats.parent))  # relative, into the other repository
+    video.unlink()
+    video.symlink_to(tmp_path / "nowhere.mp4")
+    with pytest.raises(DatasetError, match=r"is a link to .*, outside the dataset"):
+        LeRobotDataset(snapshot)

@@ -41,6 +41,7 @@ from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvErr
 from envs.protocol import INSTRUCTION, PIXELS, STATE
 from training.data.lerobot import DatasetWriter, compute_stats
 from training.datasets import add_layout_arguments, layout_of
+from wam_gym.utils.publish import check_destination
 
 AGENTS = ("expert", "random")  # the agents that need no checkpoint
 DEFAULT_FPS = 20
@@ -125,6 +126,7 @@ def collect(
             check_agent_fits_env(name, env_id)
     size = parse_image_size(image_size)
     output = Path(output).expanduser()
+    check_destination(output, overwrite)  # before any simulator starts; the writer asks again when it opens
 
     writer: DatasetWriter | None = None
     runs: list[dict[str, Any]] = []
@@ -314,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--action-noise", type=float, default=0.0, metavar="SIGMA",
                         help="execute action + N(0, SIGMA^2), record the clean action (DART; default 0)")
     add_layout_arguments(parser)
-    parser.add_argument("--overwrite", action="store_true", help="replace a dataset already at --output")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into an --output that already holds something (a dataset there is replaced)")
     parser.add_argument("--stats-only", type=Path, metavar="DIR", help="recompute DIR/meta/stats.json and exit")
     args = parser.parse_args(argv)
 
@@ -344,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overwrite=args.overwrite,
             layout=layout_of(args),
         )
-    except (ValueError, RuntimeError, FileExistsError, UnknownEnvError, MissingSimulatorError, MissingAssetsError) as e:
+    except (ValueError, RuntimeError, OSError, UnknownEnvError, MissingSimulatorError, MissingAssetsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

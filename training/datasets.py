@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from envs.orientation import ORIENTATIONS
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
@@ -40,14 +40,17 @@ from training.data.lerobot import (
     DatasetError,
     LeRobotDataset,
     provenance,
+    validate,
 )
 from training.data.lerobot.convert import convert
 from training.data.lerobot.layout import (
+    COLLECT_HINT,
     DEFAULT_DATA_FILE_SIZE_IN_MB,
     DEFAULT_VIDEO_FILE_SIZE_IN_MB,
     REPAIR_HINT,
     TIMESTAMP_TOLERANCE_S,
 )
+from training.data.lerobot.tables import read_table
 from training.data.lerobot.video import DEFAULT_GOP, decode_timed, off_grid, time_errors
 
 # info.json dtype names -> the numpy kinds a data column of that dtype may hold
@@ -74,11 +77,15 @@ def _check_columns(ds: LeRobotDataset) -> str:
     numeric = {k: f for k, f in features.items() if f.get("dtype") not in ("video", "image", "string")}
     files = sorted(ds.root.glob("data/chunk-*/file-*.parquet"))
     for path in files:
-        table = pq.read_table(path)
+        table = read_table(validate.inside(ds.root, path), f"re-collect the dataset with: {COLLECT_HINT.format(root=ds.root)}")
         for key, feature in numeric.items():
             if key not in table.column_names:
                 raise DatasetError(f"{path}: lacks the column {key!r} that info.json's features list")
-            values, flat = _flat(table, key)
+            try:
+                values, flat = _flat(table, key)
+            except (pa.ArrowException, ValueError) as exc:  # a column of structs, of strings, of lists of lists
+                raise DatasetError(f"{path}: column {key!r} holds {table.schema.field(key).type}, not the "
+                                   f"{feature['dtype']} values info.json says ({exc})") from None
             width = len(flat) // max(1, len(values))
             expected = int(np.prod(feature.get("shape") or [1]))
             if len(values) and width != expected:
@@ -202,25 +209,46 @@ def info(root: str | Path) -> list[str]:
              f"suites {', '.join(provenance.recorded_suites(ds.info)) or 'unknown'}"]
     if not ds.stats_path.is_file():
         return [*lines, "stats: none (python -m training.collect --stats-only DIR computes them)"]
+    fix = f"recompute them with: python -m training.collect --stats-only {ds.root}"
+    for feature in (LEROBOT_STATE, LEROBOT_ACTION):
+        if feature not in ds.stats or "mean" not in ds.stats[feature]:
+            return [*lines, f"stats: meta/stats.json has no mean of {feature}; {fix}"]
     names = [n for n in ("mean", "std", "min", "max", "q01", "q99") if n in ds.stats[LEROBOT_STATE]]
     header = ("feature", *names)
     rows = []
     for feature in (LEROBOT_STATE, LEROBOT_ACTION):
         values = {n: np.asarray(ds.stats[feature][n], dtype=np.float64).ravel() for n in names}
+        if any(len(v) != len(values["mean"]) for v in values.values()):
+            return [*lines, f"stats: meta/stats.json's statistics of {feature} differ in size; {fix}"]
         rows += [(f"{feature}[{i}]", *(f"{values[n][i]:.4g}" for n in names)) for i in range(len(values[names[0]]))]
     widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
     table = ["  ".join([r[0].ljust(widths[0]), *(x.rjust(w) for x, w in zip(r[1:], widths[1:]))]) for r in [header, *rows]]
     return [*lines, "", *table]
 
 
+def positive(kind: type) -> Any:
+    """An argparse type: a finite number of ``kind`` > 0 (a size of 0 or NaN would never, or always, close a file)."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     """The file-layout options of a dataset writer (python -m training.collect, convert)."""
-    parser.add_argument("--data-files-size-in-mb", type=float, default=DEFAULT_DATA_FILE_SIZE_IN_MB,
+    parser.add_argument("--data-files-size-in-mb", type=positive(float), default=DEFAULT_DATA_FILE_SIZE_IN_MB,
                         help="close a file once its data reaches this (default %(default)s, LeRobot's)")
-    parser.add_argument("--video-files-size-in-mb", type=float, default=DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+    parser.add_argument("--video-files-size-in-mb", type=positive(float), default=DEFAULT_VIDEO_FILE_SIZE_IN_MB,
                         help="... or a camera's video reaches this (default %(default)s, LeRobot's)")
-    parser.add_argument("--episodes-per-file", type=int, default=None, help="... or it holds this many episodes")
-    parser.add_argument("--video-gop", type=int, default=DEFAULT_GOP,
+    parser.add_argument("--episodes-per-file", type=positive(int), default=None, help="... or it holds this many episodes")
+    parser.add_argument("--video-gop", type=positive(int), default=DEFAULT_GOP,
                         help="frames between keyframes; every episode starts on one (default %(default)s; LeRobot's 2)")
 
 
@@ -237,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         commands.add_parser(name, help=text).add_argument("root", help="the dataset's directory")
     conversion = commands.add_parser("convert", help="a v2.1 dataset (or a v3.0 one) as v3.0 in a new directory")
     conversion.add_argument("src", help="the dataset to convert")
-    conversion.add_argument("dst", help="a directory that does not exist yet")
+    conversion.add_argument("dst", help="a new directory (or an empty one)")
+    conversion.add_argument("--overwrite", action="store_true",
+                            help="replace what DST holds, once the new dataset is complete (DST may be SRC itself)")
     conversion.add_argument("--frames", choices=sorted(ORIENTATIONS), default=None,
                             help="how the source's frames are turned (mirrored: LIBERO datasets made by openpi's or "
                                  "LeRobot's converters); recorded, and training reads them upright. Needed when the "
@@ -246,10 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "convert":
-            lines = [json.dumps(convert(args.src, args.dst, args.frames, **layout_of(args)), indent=2)]
+            lines = [json.dumps(convert(args.src, args.dst, args.frames, overwrite=args.overwrite, **layout_of(args)),
+                                indent=2)]
         else:
             lines = check(args.root) if args.command == "check" else info(args.root)
-    except DatasetError as exc:
+    except (DatasetError, OSError) as exc:  # OSError: a file that cannot be read, a destination already there
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print("\n".join(lines))

@@ -33,29 +33,32 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from envs.orientation import check_orientation
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot import provenance, validate
+from training.data.lerobot import provenance, schema, validate
 from training.data.lerobot.layout import INDEX_KEYS, INFO_PATH, TIMESTAMP_TOLERANCE_S, DatasetError, camera_of
 from training.data.lerobot.reader import LeRobotDataset, decode_image, image_bytes
-from training.data.lerobot.tables import column_matrix
+from training.data.lerobot.tables import column_matrix, read_table
 from training.data.lerobot.video import decode_timed, off_grid, time_errors
 from training.data.lerobot.writer import DatasetWriter
-from wam_gym.utils.publish import atomic_dir
+from wam_gym.utils.publish import atomic_dir, check_destination
 
 Episode = tuple[np.ndarray, np.ndarray, list[str], dict[str, np.ndarray]]  # state, action, task per frame, frames
 
 
-def convert(src: str | os.PathLike, dst: str | os.PathLike, orientation: str | None = None, **layout: Any) -> dict:
+def convert(src: str | os.PathLike, dst: str | os.PathLike, orientation: str | None = None, overwrite: bool = False,
+            **layout: Any) -> dict:
     """Write ``src`` (v2.1, or v3.0 to lay it out again) as a v3.0 dataset at ``dst``; returns a summary.
     ``orientation``: how the source's frames are turned (an ``envs.orientation`` name; ``--frames``), needed
-    when it does not say. ``layout``: DatasetWriter's file knobs (``data_files_size_in_mb``, ``video_files_size_in_mb``,
-    ``episodes_per_file``, ``video_gop``)."""
+    when it does not say. ``overwrite``: replace what ``dst`` holds (``--overwrite``; it is replaced only once the
+    new dataset is complete, so ``dst`` may be ``src`` itself). ``layout``: DatasetWriter's file knobs
+    (``data_files_size_in_mb``, ``video_files_size_in_mb``, ``episodes_per_file``, ``video_gop``)."""
     src, dst = Path(src).expanduser(), Path(dst).expanduser()
-    if dst.exists():
-        raise DatasetError(f"{dst} exists: convert into a new directory (nothing is written over a dataset)")
+    check_destination(dst, overwrite)
+    if dst.resolve() != src.resolve() and (dst.resolve() in src.resolve().parents or src.resolve() in dst.resolve().parents):
+        raise DatasetError(f"{dst} and {src} lie one inside the other: convert into a directory beside the source "
+                           f"(such as {src}-v30)")
     info = _info(src)
     source = _V30(src) if info.get("codebase_version") == "v3.0" else _V21(src, info)
     orientations = _orientations(src, info, source.keys, orientation)
@@ -93,19 +96,20 @@ def _orientations(src: Path, info: dict[str, Any], keys: dict[str, str], stated:
 
 
 def _info(src: Path) -> dict[str, Any]:
-    path = src / INFO_PATH
+    path = validate.inside(src, src / INFO_PATH) if src.is_dir() else src / INFO_PATH
     if not path.is_file():
         raise DatasetError(f"{src} is not a LeRobot dataset: {INFO_PATH} is missing")
-    try:
-        info = json.loads(path.read_text())
-    except ValueError as exc:
-        raise DatasetError(f"{path} is not valid JSON ({exc})") from None
-    version = info.get("codebase_version")
+    fix = "correct it, or make the dataset again"
+    info = schema.load_info(path, ("codebase_version",), fix)
+    version = info["codebase_version"]
     if version not in ("v2.0", "v2.1", "v3.0"):
         raise DatasetError(f"{src}: codebase_version {version!r}; this converts v2.0/v2.1 (and lays out v3.0) datasets")
-    missing = [k for k in ("fps", "features", "total_episodes") if k not in info]
+    needed = ["fps", "features", "total_episodes", "data_path"]
+    if version != "v3.0" and any(f["dtype"] == "video" for f in info.get("features", {}).values()):
+        needed.append("video_path")  # a v2.x dataset's videos are found by it alone
+    missing = [k for k in needed if info.get(k) is None]
     if missing:
-        raise DatasetError(f"{path} lacks {missing}")
+        raise DatasetError(f"{path} lacks {missing}; {fix}")
     for key in (LEROBOT_STATE, LEROBOT_ACTION):
         if key not in info["features"]:
             raise DatasetError(f"{src}: features lack {key!r} (have {sorted(info['features'])})")
@@ -127,6 +131,7 @@ class Timeline:
     def __init__(self, root: Path, fps: float):
         self.root, self.fps = root, float(fps)
         self.drifted: dict[str, dict[str, Any]] = {}  # file -> frames off, the largest drift, the episodes
+        self.snapped: list[int] = []  # episodes (any camera) whose start, off the frame grid, was taken at its frame
 
     def add(self, path: Path, times: np.ndarray, first: int, ep: int) -> None:
         """``times`` of frames ``first..`` of ``path``, which episode ``ep`` holds."""
@@ -140,11 +145,15 @@ class Timeline:
         entry["episodes"].append(ep)
 
     def summary(self) -> dict[str, Any]:
+        snapped = sorted(set(self.snapped))
+        starts = {"starts": f"episodes {', '.join(map(str, snapped))} started off the frame grid in meta/episodes; each "
+                            "now starts on its first frame, which the file's timestamps placed within half a frame"}
         if not self.drifted:
-            return {"changed": "nothing: every source frame was at frame / fps"}
+            return {"changed": "nothing: every source frame was at frame / fps", **(starts if snapped else {})}
         frames = sum(e["frames"] for e in self.drifted.values())
         return {"changed": f"{frames} frames in {len(self.drifted)} video file(s) were off frame / fps by more than "
                            f"{TIMESTAMP_TOLERANCE_S:g} s; each is now at exactly frame / fps (no frame moved)",
+                **(starts if snapped else {}),
                 "files": {f: {**e, "episodes": _span(e["episodes"])} for f, e in self.drifted.items()}}
 
 
@@ -165,13 +174,32 @@ class _InOrder:
             self.close()
             self._frames = self._stack.enter_context(decode_timed(path))
             self.path, self.position = path, 0
-        taken = list(itertools.islice(self._frames, start - self.position, start + length - self.position))
+        try:
+            taken = list(itertools.islice(self._frames, start - self.position, start + length - self.position))
+        except ValueError as exc:  # a frame that does not decode
+            raise DatasetError(f"{exc} (episode {ep}, {self.ds.feature_key(self.camera)}); {validate.FIX_AT_SOURCE}") from None
         self.position = start + length
         if len(taken) < length:
             raise DatasetError(f"{path} ends before episode {ep}'s frames {start}..{start + length - 1} "
                                f"({self.ds.feature_key(self.camera)}); the video is truncated")
+        self._confirm_start(path, ep, start, taken[0][0])
         self.timeline.add(path, np.array([t for t, _ in taken]), start, ep)
         return np.stack([frame for _, frame in taken])
+
+    def _confirm_start(self, path: Path, ep: int, start: int, found: float) -> None:
+        """An episode whose recorded start is off the frame grid (LeRobot's aggregate_datasets of drifted datasets)
+        begins at the grid's nearest frame only if the file has that frame within half a frame of the start."""
+        recorded, fps = self.ds.video_start(ep, self.camera), self.timeline.fps
+        if abs(recorded - start / fps) <= TIMESTAMP_TOLERANCE_S:
+            return
+        if abs(found - recorded) > 0.5 / fps:
+            raise DatasetError(
+                f"{path}: episode {ep}'s from_timestamp {recorded:.6f} s in meta/episodes is off the frame grid, and the "
+                f"file's frame nearest it on the grid (frame {start}, {start / fps:.6f} s) is at {found:.6f} s, "
+                f"{abs(found - recorded) * 1e3:.1f} ms from it, more than half a frame ({500 / fps:.1f} ms): which frame "
+                "begins the episode cannot be told, so it cannot be repaired here; make the dataset again from its "
+                "sources (before they were joined)")
+        self.timeline.snapped.append(ep)
 
     def close(self) -> None:
         self._stack.close()
@@ -181,7 +209,7 @@ class _V30:
     """A v3.0 dataset, read (and validated) by LeRobotDataset, episode by episode."""
 
     def __init__(self, root: Path):
-        self.ds = LeRobotDataset(root, cache_episodes=0)
+        self.ds = LeRobotDataset(root, cache_episodes=0, snap_starts=True)  # starts off the grid: _InOrder confirms
         self.cameras, self.num_episodes = self.ds.cameras, self.ds.num_episodes
         self.keys = {c: self.ds.feature_key(c) for c in self.cameras}
         self.dropped: list[str] = []
@@ -210,38 +238,43 @@ class _V21:
         self.cameras = tuple(self.keys)
         kept = {LEROBOT_STATE, LEROBOT_ACTION, *INDEX_KEYS, *self.keys.values()}
         self.dropped = sorted(k for k in features if k not in kept)
-        self.tasks = {int(r["task_index"]): r.get("task") for r in self._jsonl("meta/tasks.jsonl")}
+        self.tasks = {r["task_index"]: r.get("task") for r in self._jsonl("meta/tasks.jsonl", {"task_index": schema.COUNT})}
         validate.tasks_named([self.tasks[i] for i in sorted(self.tasks)], f"{root}/meta/tasks.jsonl")
         self._check_rates(features)
-        self.lengths = {int(r["episode_index"]): int(r["length"]) for r in self._jsonl("meta/episodes.jsonl")}
-        self.stats = {int(r["episode_index"]): r.get("stats", {}) for r in self._jsonl("meta/episodes_stats.jsonl", False)}
+        episodes = self._jsonl("meta/episodes.jsonl", {"episode_index": schema.COUNT, "length": schema.COUNT})
+        self.lengths = {r["episode_index"]: r["length"] for r in episodes}
+        stats = self._jsonl("meta/episodes_stats.jsonl", {"episode_index": schema.COUNT, "stats": schema.MAPPING}, False)
+        self.stats = {r["episode_index"]: r["stats"] for r in stats}
         self.num_episodes = int(info["total_episodes"])
         self.timeline = Timeline(root, self.fps)
         if sorted(self.lengths) != list(range(self.num_episodes)):
             raise DatasetError(f"{root}: meta/episodes.jsonl lists episodes {_span(sorted(self.lengths))}, info.json "
                                f"total_episodes={self.num_episodes}")
 
-    def _jsonl(self, name: str, required: bool = True) -> list[dict[str, Any]]:
-        path = self.root / name
+    def _jsonl(self, name: str, fields: dict[str, schema.Rule], required: bool = True) -> list[dict[str, Any]]:
+        """The rows of a JSON lines file, each an object with ``fields`` of their types."""
+        path = validate.inside(self.root, self.root / name)
         if not path.is_file():
             if required:
                 raise DatasetError(f"{self.root}: {name} is missing (a v2.1 dataset has it)")
             return []
         try:
-            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        except ValueError as exc:
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except (ValueError, UnicodeDecodeError) as exc:
             raise DatasetError(f"{path}: not JSON lines ({exc})") from None
+        schema.check_rows(rows, fields, path, "correct it, or make the dataset again")
+        return rows
 
     def _check_rates(self, features: dict[str, Any]) -> None:
         """Each video feature's ``video.fps`` is the dataset's ``fps``: frames are placed by it."""
         for key in self.keys.values():
-            declared = features[key].get("info", {}).get("video.fps")
+            declared = (features[key].get("info") or {}).get("video.fps")
             if declared is not None and abs(float(declared) - self.fps) > 1e-3 * self.fps:
                 raise DatasetError(f"{self.root}: meta/info.json has fps={self.info['fps']} but features['{key}'].info"
                                    f"['video.fps']={declared}; set both to the rate the data was recorded at")
 
     def _path(self, template_key: str, ep: int, **extra: str) -> Path:
-        chunk = ep // int(self.info.get("chunks_size", 1000))
+        chunk = ep // self.info.get("chunks_size", 1000)
         return validate.path_in(self.root, self.info[template_key], template_key, episode_chunk=chunk,
                                 episode_index=ep, **extra)
 
@@ -253,7 +286,9 @@ class _V21:
         path = self._path("data_path", ep)
         if not path.is_file():
             raise DatasetError(f"episode {ep}: its data file {path.relative_to(self.root)} is missing")
-        table = pq.read_table(path)
+        table = read_table(path, f"episode {ep}: {validate.FIX_AT_SOURCE}")
+        schema.check_columns(table, {"task_index": schema.INTEGER, "frame_index": schema.INTEGER,
+                                     "timestamp": schema.NUMBER}, path, validate.FIX_AT_SOURCE)
         length = self.lengths[ep]
         if table.num_rows != length:
             raise DatasetError(f"episode {ep}: {path.name} holds {table.num_rows} frames, meta/episodes.jsonl says {length}")
@@ -270,7 +305,7 @@ class _V21:
     def _vector(self, table, key: str, ep: int) -> np.ndarray:
         if key not in table.column_names:
             raise DatasetError(f"episode {ep}: the data file lacks {key!r}")
-        values = column_matrix(table, key)
+        values = column_matrix(table, key, f"episode {ep}: {self._path('data_path', ep)}")
         expected = int(np.prod(self.info["features"][key].get("shape") or [values.shape[1]]))
         if values.shape[1] != expected:
             raise DatasetError(f"episode {ep}: {key} has {values.shape[1]} values a frame, info.json's shape says {expected}")
@@ -290,9 +325,14 @@ class _V21:
                                f"{TIMESTAMP_TOLERANCE_S} s)")
 
     def _check_stats(self, ep: int) -> None:
+        where = self.root / "meta/episodes_stats.jsonl"
         for feature, stats in self.stats.get(ep, {}).items():
+            if not isinstance(stats, dict):
+                raise DatasetError(f"{where}: episode {ep}'s stats of {feature} are not an object of statistics; "
+                                   f"{validate.FIX_AT_SOURCE}")
             for name, value in stats.items():
-                if not np.isfinite(np.asarray(value, dtype=np.float64)).all():
+                if not np.isfinite(schema.numbers(value, where, f"episode {ep}'s {feature} {name}",
+                                                  validate.FIX_AT_SOURCE)).all():
                     raise DatasetError(f"episode {ep}: meta/episodes_stats.jsonl {feature} {name} is not finite")
 
     def _frames(self, table, camera: str, ep: int, length: int) -> np.ndarray:

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow as pa
 
 from envs.orientation import to_upright
 from envs.protocol import LEROBOT_ACTION, LEROBOT_STATE
-from training.data.lerobot import provenance, validate, video
+from training.data.lerobot import provenance, schema, validate, video
 from training.data.lerobot.layout import (
     CODEBASE_VERSION,
     COLLECT_HINT,
@@ -28,7 +28,7 @@ from training.data.lerobot.layout import (
     DatasetError,
     camera_of,
 )
-from training.data.lerobot.tables import column_matrix, read_tasks
+from training.data.lerobot.tables import column_matrix, read_table, read_tasks
 
 
 class LeRobotDataset:
@@ -40,77 +40,88 @@ class LeRobotDataset:
     ``cache_episodes`` (episode, camera) pairs are kept.
     """
 
-    def __init__(self, root: str | os.PathLike, cache_episodes: int = 8, require_stats: bool = True):
+    def __init__(self, root: str | os.PathLike, cache_episodes: int = 8, require_stats: bool = True,
+                 snap_starts: bool = False):
+        """``snap_starts``: take an episode's video span starting off the frame grid (LeRobot's aggregate_datasets
+        writes such after joining drifted datasets) at the nearest frame instead of refusing it; the repair
+        (``convert``) opens so, and confirms each such start against the file's timestamps."""
         self.root = Path(root).expanduser()
         self.cache_episodes = int(cache_episodes)
+        self.snap_starts = snap_starts
         self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
         self._video_files: dict[tuple[str, int, int], Path] = {}  # (feature, chunk, file) -> its path, inside root
         hint = COLLECT_HINT.format(root=self.root)
+        self._fix = f"re-collect the dataset with: {hint}"
         if not self.root.is_dir():
             raise DatasetError(f"no dataset at {self.root}: the directory does not exist. Collect one with: {hint}")
-        info_path = self.root / INFO_PATH
+        info_path = validate.inside(self.root, self.root / INFO_PATH)
         if not info_path.is_file():
             raise DatasetError(
                 f"{self.root} is not a LeRobot v3 dataset: {INFO_PATH} is missing (an interrupted collection "
                 f"writes it only once its first file is complete). Collect one with: {hint}"
             )
-        try:
-            self._info = json.loads(info_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DatasetError(f"{info_path} is not valid JSON ({e}); re-collect the dataset with: {hint}") from e
+        self._info = schema.load_info(info_path, (), self._fix)
         version = self._info.get("codebase_version")
         if version != CODEBASE_VERSION:
             raise DatasetError(
                 f"{self.root}: unsupported codebase_version {version!r}; this reader supports {CODEBASE_VERSION!r} only "
-                "(LeRobot converts v2.1 datasets with python -m lerobot.datasets.v30.convert_dataset_v21_to_v30)"
+                f"(convert a v2.1 dataset with: python -m training.datasets convert {self.root} {self.root}-v30)"
             )
         missing = [k for k in ("fps", "features", "data_path", "total_episodes", "total_frames") if k not in self._info]
         if missing:
-            raise DatasetError(f"{info_path} lacks {missing}; re-collect the dataset with: {hint}")
+            raise DatasetError(f"{info_path} lacks {missing}; {self._fix}")
         features = self._info["features"]
         # camera -> its feature: observation.images.<camera> in mp4s ("video") or in the data files ("image",
         # encoded PNG/JPEG bytes), or a lone camera under observation.image (pusht-style), named "image".
-        self._keys = {camera_of(k): k for k, f in features.items() if camera_of(k) and f.get("dtype") in ("video", "image")}
+        self._keys = {camera_of(k): k for k, f in features.items() if camera_of(k) and f["dtype"] in ("video", "image")}
         self._cameras = tuple(self._keys)
         self._videos = tuple(c for c in self._cameras if features[self._keys[c]]["dtype"] == "video")
         self._orientations = provenance.recorded_orientations(self._info, self._keys, self.root)
         for key in (LEROBOT_STATE, LEROBOT_ACTION):
             if key not in features:
                 raise DatasetError(f"{self.root}: features lack {key!r} (have {sorted(features)})")
+        for key in self._keys.values():
+            shape = features[key].get("shape")
+            if not (isinstance(shape, list) and len(shape) == 3 and 3 in (shape[0], shape[-1])):
+                raise DatasetError(f"{info_path}: features[{key!r}].shape is {shape}, not an image's [height, width, 3] "
+                                   f"(or [3, height, width]); {self._fix}")
 
-        tasks_path = self.root / TASKS_PATH
+        tasks_path = validate.inside(self.root, self.root / TASKS_PATH)
         if not tasks_path.is_file():
-            raise DatasetError(f"{self.root}: {TASKS_PATH} is missing; re-collect the dataset with: {hint}")
-        self._tasks = read_tasks(tasks_path)
+            raise DatasetError(f"{self.root}: {TASKS_PATH} is missing; {self._fix}")
+        self._tasks = read_tasks(tasks_path, self._fix)
         validate.tasks_named(self._tasks, str(tasks_path))
         self._load_episodes(hint)
         self._load_data(hint)
         self._check_videos(hint)
         self._check_timing(hint)
         self._stats: dict[str, dict[str, np.ndarray]] | None = None
-        stats_path = self.root / STATS_PATH
+        stats_path = validate.inside(self.root, self.root / STATS_PATH)
+        stats_fix = f"recompute it with: python -m training.collect --stats-only {self.root}"
         if stats_path.is_file():
-            raw = json.loads(stats_path.read_text())
-            self._stats = {f: {k: np.asarray(v) for k, v in st.items()} for f, st in raw.items()}
+            self._stats = schema.load_stats(stats_path, stats_fix)
         elif require_stats:
-            raise DatasetError(
-                f"{self.root}: {STATS_PATH} is missing; recompute it with: python -m training.collect --stats-only {self.root}"
-            )
+            raise DatasetError(f"{self.root}: {STATS_PATH} is missing; {stats_fix}")
 
     # -- loading -----------------------------------------------------------------------------
     def _load_episodes(self, hint: str) -> None:
         files = sorted((self.root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
         if not files:
             raise DatasetError(f"{self.root}: no episode metadata under meta/episodes/; re-collect the dataset with: {hint}")
-        tables = [pq.read_table(f) for f in files]
+        tables = [read_table(validate.inside(self.root, f), self._fix) for f in files]
         columns = set.intersection(*(set(t.column_names) for t in tables))
         needed = ["episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
+        types = {c: schema.INTEGER for c in needed}
         for cam in self._videos:
             key = self._keys[cam]
             needed += [f"videos/{key}/{n}" for n in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+            types |= {f"videos/{key}/{n}": schema.INTEGER for n in ("chunk_index", "file_index")}
+            types |= {f"videos/{key}/{n}": schema.NUMBER for n in ("from_timestamp", "to_timestamp")}
         lacking = [c for c in needed if c not in columns]
         if lacking:
             raise DatasetError(f"{self.root}: episode metadata lacks columns {lacking}; re-collect the dataset with: {hint}")
+        for path, table in zip(files, tables):
+            schema.check_columns(table, {**types, "tasks": schema.STRING_LISTS}, path, self._fix)
         meta: dict[str, np.ndarray] = {}
         for col in needed:
             meta[col] = np.concatenate([t.column(col).to_numpy() for t in tables])
@@ -152,9 +163,14 @@ class LeRobotDataset:
                     f"{self.root}: data file {path.relative_to(self.root)} is missing (episodes {_span(eps)} need it); "
                     f"the dataset is incomplete, re-collect it with: {hint}"
                 )
-            table = pq.read_table(path)
-            parts["state"].append(column_matrix(table, LEROBOT_STATE))
-            parts["action"].append(column_matrix(table, LEROBOT_ACTION))
+            table = read_table(path, self._fix)
+            lacking = [k for k in (LEROBOT_STATE, LEROBOT_ACTION, *INDEX_KEYS) if k not in table.column_names]
+            if lacking:
+                raise DatasetError(f"{path}: lacks the columns {lacking} (has {table.column_names}); {self._fix}")
+            schema.check_columns(table, {**dict.fromkeys(INDEX_KEYS, schema.INTEGER), "timestamp": schema.NUMBER}, path,
+                                 self._fix)
+            parts["state"].append(column_matrix(table, LEROBOT_STATE, path))
+            parts["action"].append(column_matrix(table, LEROBOT_ACTION, path))
             for key in INDEX_KEYS:
                 parts[key].append(table.column(key).to_numpy())
             for cam in self._cameras:
@@ -172,7 +188,35 @@ class LeRobotDataset:
         data["state"] = data["state"].astype(np.float32, copy=False)
         data["action"] = data["action"].astype(np.float32, copy=False)
         self._data = data
+        self._check_spans()
         self._check_rows()
+
+    def _check_spans(self) -> None:
+        """Each episode's rows (``dataset_from_index`` to ``dataset_to_index`` in meta/episodes) follow the one
+        before, are as many as its ``length``, and say so themselves: ``episode_index`` the episode's, ``frame_index``
+        0, 1, ... A row in another episode's span trains on the wrong instruction, or across two episodes."""
+        meta, data, where = self._meta, self._data, f"{self.root}: meta/episodes"
+        lo, hi, length = (meta[k].astype(np.int64) for k in ("dataset_from_index", "dataset_to_index", "length"))
+        ends = np.concatenate([[0], hi[:-1]])
+        for ep in range(self.num_episodes):
+            if lo[ep] != ends[ep] or hi[ep] - lo[ep] != length[ep] or hi[ep] > self.num_frames:
+                after = f"episode {ep - 1}'s end ({ends[ep]})" if ep else "0"
+                raise DatasetError(f"{where}: episode {ep}'s rows dataset_from_index {lo[ep]} to dataset_to_index {hi[ep]} "
+                                   f"are not its {length[ep]} frames starting at {after} within the {self.num_frames} "
+                                   f"rows of the data files; {validate.FIX_AT_SOURCE}")
+        if len(hi) and hi[-1] != self.num_frames:
+            raise DatasetError(f"{where}: the episodes end at row {hi[-1]}, the data files hold {self.num_frames} rows; "
+                               f"{validate.FIX_AT_SOURCE}")
+        owner = np.repeat(np.arange(self.num_episodes), length)
+        frame = np.arange(self.num_frames) - np.repeat(lo, length)
+        for column, expected in (("episode_index", owner), ("frame_index", frame)):
+            bad = np.flatnonzero(data[column] != expected)
+            if len(bad):
+                row = int(bad[0])
+                raise DatasetError(f"{self.root}: the data row of index {row} has {column} {int(data[column][row])}, but it "
+                                   f"lies in episode {int(owner[row])}'s span (meta/episodes' dataset_from_index.."
+                                   f"dataset_to_index), as its frame {int(frame[row])} ({len(bad)} such rows); "
+                                   f"{validate.FIX_AT_SOURCE}")
 
     def _check_rows(self) -> None:
         """What training trusts of every row: finite state and action, a task the tasks table lists."""
@@ -246,7 +290,7 @@ class LeRobotDataset:
             bad = np.flatnonzero(np.abs(span - lengths / fps) > 0.5 / fps)
             starts = self._meta[f"{key}/from_timestamp"].astype(np.float64)
             off = np.flatnonzero(np.abs(starts - np.round(starts * fps) / fps) > TIMESTAMP_TOLERANCE_S)
-            if len(off):
+            if len(off) and not self.snap_starts:
                 ep = int(off[0])
                 raise DatasetError(f"{self.root}: episode {ep}'s {key}/from_timestamp {starts[ep]:.6f} s is not a "
                                    f"frame's time (a multiple of 1/fps={1 / fps:.6f} s, within {TIMESTAMP_TOLERANCE_S} s) "
@@ -418,6 +462,12 @@ class LeRobotDataset:
         start = int(round(float(self._meta[f"videos/{self._keys[camera]}/from_timestamp"][ep]) * float(self.fps)))
         return self._video_path(camera, ep), start, int(self._meta["length"][ep])
 
+    def video_start(self, ep: int, camera: str) -> float:
+        """The episode's ``from_timestamp`` in its video file, in seconds, as meta/episodes records it."""
+        ep = self._check_episode(ep)
+        self._check_camera(camera)
+        return float(self._meta[f"videos/{self._keys[camera]}/from_timestamp"][ep])
+
     def video_files(self, camera: str) -> dict[Path, list[tuple[int, int, int]]]:
         """Each mp4 of a camera with the spans its episodes occupy: ``(first frame, end frame, episode)``,
         in file order (for reading each file once, front to back)."""
@@ -457,7 +507,11 @@ def decode_image(data: bytes | None, where: str) -> np.ndarray:
 
     if not data:
         raise DatasetError(f"{where} has no image bytes (an image stored by path only is not supported)")
-    image = np.asarray(iio.imread(data))
+    try:
+        image = np.asarray(iio.imread(data))
+    except Exception as exc:  # noqa: BLE001 - whatever the image plugin raises for bytes that are not an image
+        raise DatasetError(f"{where}: its image bytes do not decode ({type(exc).__name__}: {str(exc)[:120]}); "
+                           f"{validate.FIX_AT_SOURCE}") from None
     image = np.repeat(image[..., None], 3, axis=-1) if image.ndim == 2 else image[..., :3]
     return image.astype(np.uint8, copy=False)
 
@@ -468,8 +522,12 @@ def image_bytes(table, key: str, where: str | Path) -> np.ndarray:
     if key not in table.column_names:
         raise DatasetError(f"{where}: lacks the image column {key!r} that info.json's features list")
     column = table.column(key).combine_chunks()
-    values = column.field("bytes") if hasattr(column, "field") else column
-    return np.array(values.to_pylist(), dtype=object)
+    if pa.types.is_struct(column.type) and column.type.get_field_index("bytes") >= 0:
+        column = column.field("bytes")
+    if not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+        raise DatasetError(f"{where}: the image column {key!r} holds {column.type}, not encoded images (bytes, or "
+                           f"Hugging Face's struct of bytes and path); {validate.FIX_AT_SOURCE}")
+    return np.array(column.to_pylist(), dtype=object)
 
 
 def _same_rate(a: float, b: float) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from training.data.lerobot.layout import DatasetError
@@ -23,9 +24,34 @@ def fixed_list(values: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
 
 
-def column_matrix(table: pa.Table, name: str) -> np.ndarray:
-    """A list column (fixed or variable size, one length) as a 2-D float32 array."""
+def read_table(path: Path, fix: str) -> pa.Table:
+    """A parquet file of the dataset; one that is truncated or not parquet at all is a DatasetError naming it."""
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:  # ArrowInvalid for a damaged file, OSError for an unreadable one
+        raise DatasetError(f"{path} is not a readable parquet file ({str(exc).splitlines()[0]}); the file is damaged "
+                           f"or truncated: {fix}") from None
+
+
+def column_matrix(table: pa.Table, name: str, where: object = "the data file") -> np.ndarray:
+    """A list column (fixed or variable size, one length) or a numeric one (one value a row) as a 2-D float32
+    array; a row of another length (ragged), an empty row or a column of non-numbers is a DatasetError."""
     col = table.column(name).combine_chunks()
+    numeric = pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
+    nested = pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type)
+    if not (numeric or (nested and (pa.types.is_integer(col.type.value_type) or pa.types.is_floating(col.type.value_type)))):
+        raise DatasetError(f"{where}: column {name!r} holds {col.type}, not numbers or lists of numbers")
+    if col.null_count:
+        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DatasetError(f"{where}: column {name!r} row {row} is empty (null); every frame needs its {name}")
+    if numeric:
+        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, 1)
+    lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+    ragged = np.flatnonzero(lengths != lengths[0]) if len(lengths) else []
+    if len(ragged):
+        row = int(ragged[0])
+        raise DatasetError(f"{where}: column {name!r} row {row} holds {lengths[row]} values, row 0 {lengths[0]}: every "
+                           f"frame's {name} must have the same length ({len(ragged)} rows differ)")
     flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
     return flat.reshape(len(col), -1) if len(col) else flat.reshape(0, 0)
 
@@ -54,12 +80,14 @@ def tasks_table(tasks: Sequence[str]) -> pa.Table:
     return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
 
 
-def read_tasks(path: Path) -> list[str]:
-    table = pq.read_table(path)
+def read_tasks(path: Path, fix: str) -> list[str]:
+    table = read_table(path, fix)
     names = table.column_names
     text_col = "task" if "task" in names else next((n for n in names if n != "task_index"), None)
     if text_col is None or "task_index" not in names:
         raise DatasetError(f"{path} must have columns task_index and task (has {names})")
+    if not pa.types.is_integer(table.column("task_index").type) or table.column("task_index").null_count:
+        raise DatasetError(f"{path}: column 'task_index' holds {table.column('task_index').type}, not integers; {fix}")
     pairs = sorted(zip(table.column("task_index").to_pylist(), table.column(text_col).to_pylist()))
     if [i for i, _ in pairs] != list(range(len(pairs))):
         raise DatasetError(f"{path}: task_index must be 0..{len(pairs) - 1}")

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,15 +24,48 @@ FIX_AT_SOURCE = "fix or drop it where the dataset was made, then convert it agai
 
 
 def path_in(root: Path, template: str, what: str, **fields: int | str) -> Path:
-    """``root / template.format(**fields)``, refused unless it lies under ``root`` (symbolic links followed)."""
-    relative = template.format(**fields)
-    path = root / relative
-    inside = Path(relative).is_absolute() is False and path.resolve().is_relative_to(root.resolve())
-    if not inside:
+    """``root / template.format(**fields)``, refused unless it lies under ``root`` (links followed: see :func:`inside`)."""
+    try:
+        relative = template.format(**fields)
+    except (KeyError, IndexError, ValueError) as exc:  # a field this layout does not have, a bad format spec
+        raise DatasetError(f"{root}: meta/info.json's {what} {template!r} does not format with {sorted(fields)} ({exc!r}); "
+                           f"a template such as {_EXAMPLES.get(what, _EXAMPLES['data_path'])!r}") from None
+    if Path(relative).is_absolute() or os.path.normpath(relative).split(os.sep)[0] == os.pardir:
         raise DatasetError(f"{root}: meta/info.json's {what} {template!r} names {relative!r}, which is outside the "
                            "dataset; a dataset's files must lie under its root (a template such as "
-                           "'data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet')")
-    return path
+                           f"{_EXAMPLES.get(what, _EXAMPLES['data_path'])!r})")
+    return inside(root, root / relative)
+
+
+_EXAMPLES = {"data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+             "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"}
+HF_REPO_PREFIXES = ("datasets--",)  # a Hugging Face cache's folder of one dataset repository: datasets--org--name
+
+
+def container(root: Path) -> Path:
+    """Where a dataset's files may lie once links are followed: its root; for a snapshot in a Hugging Face cache
+    (``hub/datasets--org--name/snapshots/<rev>/...``, every file a link into ``../../blobs/``) that repository's
+    cache folder, ``datasets--org--name``."""
+    resolved = root.resolve()
+    for folder in (resolved, *resolved.parents):
+        if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith(HF_REPO_PREFIXES):
+            return folder.parent.parent
+    return resolved
+
+
+def inside(root: Path, path: Path) -> Path:
+    """``path`` (under ``root``), refused if a link on its way leads out of the dataset (:func:`container`)."""
+    allowed = container(root)
+    if path.resolve().is_relative_to(allowed):
+        return path
+    step = root
+    for part in path.relative_to(root).parts:  # name the link that leaves, from the root down
+        step = step / part
+        if step.is_symlink() and not step.resolve().is_relative_to(allowed):
+            break
+    raise DatasetError(f"{step} is a link to {step.resolve()}, outside the dataset ({allowed}): a dataset's files must "
+                       "lie under its root (or its Hugging Face cache repository); copy the file into the dataset in "
+                       "place of the link")
 
 
 def finite_rows(values: np.ndarray, what: str, where: str, frame_of: Callable[[int], str]) -> None:

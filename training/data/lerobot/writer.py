@@ -39,7 +39,7 @@ from training.data.lerobot.layout import (
 from training.data.lerobot.stats import ImageStats, pool_stats, stats_to_json, table_stats
 from training.data.lerobot.tables import fixed_list, tasks_table, write_parquet
 from training.data.lerobot.video import DEFAULT_GOP, Mp4Stream
-from wam_gym.utils.publish import atomic_write_text, writer_lock
+from wam_gym.utils.publish import atomic_write_text, check_destination, writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -287,15 +287,17 @@ class DatasetWriter:
 
     # -- internals ---------------------------------------------------------------------------
     def _prepare_root(self, overwrite: bool) -> None:
-        owned = [self.root / d for d in ("meta", "data", "videos")]
-        existing = [p for p in owned if p.exists()]
-        if existing and not overwrite:
-            raise FileExistsError(
-                f"{self.root} already holds a dataset ({', '.join(p.name + '/' for p in existing)}); "
-                "pass overwrite=True (--overwrite) to replace it, or choose another output"
-            )
-        for p in existing:
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        """The project's one rule (``check_destination``): an empty or new root is written, anything else only
+        with ``overwrite``, which replaces a dataset's own entries (a file or link at the root, or its meta/,
+        data/ and videos/) and nothing else there."""
+        check_destination(self.root, overwrite)
+        if self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
+            self.root.unlink()
+        for p in (self.root / d for d in ("meta", "data", "videos")):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _empty_episode(self) -> dict[str, Any]:
