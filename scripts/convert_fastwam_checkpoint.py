@@ -3,11 +3,13 @@ Their file is read with ``torch.load(weights_only=True)`` only; every key is map
 and a missing, unexpected or mis-shaped one stops the conversion, named.
 
     # their LIBERO release -> our directory (wam_config.json, transformer/, action_expert/, proprio_encoder/;
-    # safetensors), with their dataset_stats.json and, from a Wan2.2-TI2V-5B folder, the VAE, UMT5 and tokenizer
+    # safetensors), with their statistics (--stats, else the one beside the .pt) and, from a Wan2.2-TI2V-5B
+    # folder, the VAE, UMT5 and tokenizer
     python scripts/convert_fastwam_checkpoint.py to-ours libero_uncond_2cam224.pt checkpoints/fastwam-libero \
         --inputs fastwam_libero --preset fastwam --encoders /data/Wan2.2-TI2V-5B-Diffusers
     # a checkpoint their training wrote (its run's config.yaml is found above checkpoints/weights/step_N.pt)
-    python scripts/convert_fastwam_checkpoint.py to-ours runs/x/checkpoints/weights/step_002000.pt ours --inputs wam_gym
+    python scripts/convert_fastwam_checkpoint.py to-ours runs/x/checkpoints/weights/step_002000.pt ours --inputs wam_gym \
+        --stats runs/x/dataset_stats.json
     # our directory -> their .pt (their FastWAM.load_checkpoint reads it)
     python scripts/convert_fastwam_checkpoint.py to-theirs checkpoints/fastwam-libero fastwam_finetuned.pt --step 1000
     # what a .pt or a directory holds: keys, the architecture they imply, parameters
@@ -22,6 +24,11 @@ nothing in their files records it, and a checkpoint whose sizes contradict it is
 tokenizer are not in their file: ``--encoders`` takes them from Wan2.2-TI2V-5B's own folder (the files their
 loader reads, each key mapped by agents/wam/fastwam/wan_original.py) or from its diffusers folder (else
 ``load_fastwam(dir, encoders_from=...)``).
+
+Nothing is written over: a destination that holds anything is refused unless ``--overwrite`` is given, before
+anything is read. Statistics come from ``--stats`` or beside the .pt only (the file taken is printed) and are
+checked (JSON, FastWAM's min/max, the checkpoint's sizes, finite values); weights holding NaN or inf are
+refused, named. Every refusal is one ``error: ...`` line on stderr, exit status 1.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ from agents.wam.fastwam.checkpoint import (  # noqa: E402
 from agents.wam.fastwam.config import PRESETS  # noqa: E402
 from agents.wam.fastwam.inputs import CONVENTIONS  # noqa: E402
 from agents.wam.fastwam.their_config import FLAGS, TheirArchitecture, read_shapes, read_their_config  # noqa: E402
+from agents.wam.fastwam.their_stats import read_their_stats, stats_beside  # noqa: E402
+from wam_gym.utils.publish import TargetBusyError, check_destination  # noqa: E402
 
 
 def describe(flat: dict) -> list[str]:
@@ -56,25 +65,30 @@ def describe(flat: dict) -> list[str]:
             f"proprio: {s.state_dim} -> one text token of {s.text_dim}"]
 
 
-def near_checkpoint(checkpoint: Path, name: str, pattern: str | None = None) -> Path | None:
-    """``name`` where their runs keep it: beside the checkpoint or in a folder up to three above (their training's
-    output_dir holds config.yaml and dataset_stats.json, its weights checkpoints/weights/step_N.pt); else the one
-    file there matching ``pattern`` (their release names its statistics after the task)."""
+def config_near(checkpoint: Path) -> Path | None:
+    """Their run's config.yaml: beside the checkpoint or in a folder up to three above (their training's output_dir
+    holds it, its weights checkpoints/weights/step_N.pt). What it states is checked against the shapes."""
     for folder in list(checkpoint.resolve().parents)[:4]:
-        if (folder / name).is_file():
-            return folder / name
-        named = sorted(folder.glob(pattern)) if pattern else []
-        if len(named) > 1:
-            sys.exit(f"error: {folder} holds several {pattern} files ({', '.join(p.name for p in named)}): pass the "
-                     "checkpoint's one")
-        if named:
-            return named[0]
+        if (folder / "config.yaml").is_file():
+            return folder / "config.yaml"
     return None
+
+
+def chosen_stats(args: argparse.Namespace) -> Path | None:
+    """The statistics file: --stats, else the one beside the .pt; read, checked and named on stdout."""
+    path = args.stats or stats_beside(args.source)
+    if path is None:
+        print("statistics: none given and none beside the .pt: pass --stats, or EVALUATION.dataset_stats_path when "
+              "evaluating")
+        return None
+    read_their_stats(path)  # a bad file is refused now, before the weights are read
+    print(f"statistics: {path} ({'--stats' if args.stats else 'beside the checkpoint'})")
+    return path
 
 
 def architecture(args: argparse.Namespace) -> TheirArchitecture:
     """Where the values the shapes do not tell come from: the flags, then their config or a preset."""
-    their = args.their_config or (None if args.preset else near_checkpoint(args.source, "config.yaml"))
+    their = args.their_config or (None if args.preset else config_near(args.source))
     if their is not None:
         print(f"architecture: the checkpoint's shapes, and their config {their}")
     given = {name: getattr(args, name) for name in FLAGS}
@@ -100,11 +114,56 @@ def _to_ours_parser(sub) -> None:
     ours.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="per camera")
     ours.add_argument("--cameras", nargs="+", help="env cameras, tiled left to right (default: the convention's)")
     ours.add_argument("--stats", type=Path, default=None,
-                      help="their dataset_stats.json (default: one beside the .pt or up to three folders above it)")
+                      help="their dataset_stats.json (default: <name>_dataset_stats.json or dataset_stats.json beside the .pt)")
+    ours.add_argument("--overwrite", action="store_true", help="replace what the target directory holds")
     ours.add_argument("--encoders", type=Path, default=None,
                       help="Wan2.2-TI2V-5B's own folder (Wan2.2_VAE.pth, models_t5_umt5-xxl-enc-bf16.pth, google/umt5-xxl/: "
                            "what their loader reads; mapped to diffusers/transformers) or its diffusers folder (vae/, "
                            "text_encoder/, tokenizer/: copied): the VAE, UMT5 and tokenizer their .pt lacks")
+
+
+def to_ours(args: argparse.Namespace) -> None:
+    check_output(args.target, args.overwrite, directory=True)
+    refuse_inside(args.target, [args.source, args.stats, args.encoders, args.their_config])
+    if not args.source.is_file():
+        raise FileNotFoundError(f"{args.source} is {'a directory' if args.source.is_dir() else 'not a file'}; pass "
+                                "their checkpoint (.pt), e.g. their LIBERO release's libero_uncond_2cam224.pt")
+    stats = chosen_stats(args)
+    target = convert_their_checkpoint(args.source, args.target, architecture(args), stats, args.encoders)
+    print(f"wrote {target}")
+
+
+def to_theirs(args: argparse.Namespace) -> None:
+    check_output(args.target, args.overwrite, directory=False)
+    if args.step is not None and args.step < 0:
+        raise ValueError(f"--step {args.step} is negative: pass the training step the weights are from (>= 0)")
+    target = write_their_checkpoint(read_our_checkpoint(args.source), args.target, step=args.step)
+    print(f"wrote {target}")
+
+
+def check_output(target: Path, overwrite: bool, directory: bool) -> None:
+    """The one rule for what a command writes (wam_gym.utils.publish.check_destination), and the target's kind."""
+    if directory and target.is_file():
+        raise FileExistsError(f"{target} is a file, and to-ours writes a directory: name a new directory")
+    if not directory and target.is_dir() and not target.is_symlink():
+        raise IsADirectoryError(f"{target} is a directory, and to-theirs writes one file: name the .pt to write "
+                                f"(e.g. {target / 'fastwam.pt'})")
+    check_destination(target, overwrite, flag="--overwrite")
+
+
+def refuse_inside(target: Path, inputs: list[Path | None]) -> None:
+    """Replacing a directory that holds one of the inputs would delete it: refused even with --overwrite."""
+    for given in filter(None, inputs):
+        if given.resolve() == target.resolve() or target.resolve() in given.resolve().parents:
+            raise ValueError(f"{target} holds the input {given}, and writing it would delete that: write to another "
+                             "directory")
+
+
+def inspect(source: Path) -> None:
+    if not (source.is_dir() or source.is_file()):
+        raise FileNotFoundError(f"{source} does not exist; pass their .pt or a directory to-ours wrote")
+    flat = read_our_checkpoint(source) if source.is_dir() else read_their_checkpoint(source)
+    print("\n".join(describe(flat)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,22 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     theirs.add_argument("source", type=Path)
     theirs.add_argument("target", type=Path)
     theirs.add_argument("--step", type=int, default=None, help="the training step recorded in the file")
+    theirs.add_argument("--overwrite", action="store_true", help="replace the target file if it exists")
     look = sub.add_parser("inspect", help="print what a .pt or a directory holds")
     look.add_argument("source", type=Path)
     args = parser.parse_args(argv)
-
-    if args.command == "to-ours":
-        stats = args.stats or near_checkpoint(args.source, "dataset_stats.json", "*dataset_stats.json")
-        target = convert_their_checkpoint(args.source, args.target, architecture(args), stats, args.encoders)
-        if stats is None:
-            print("no dataset_stats.json found beside it: pass --stats, or EVALUATION.dataset_stats_path when evaluating")
-        print(f"wrote {target}")
-    elif args.command == "to-theirs":
-        target = write_their_checkpoint(read_our_checkpoint(args.source), args.target, step=args.step)
-        print(f"wrote {target}")
-    else:
-        flat = read_our_checkpoint(args.source) if args.source.is_dir() else read_their_checkpoint(args.source)
-        print("\n".join(describe(flat)))
+    try:
+        {"to-ours": to_ours, "to-theirs": to_theirs}.get(args.command, lambda a: inspect(a.source))(args)
+    except (ValueError, OSError, TargetBusyError) as exc:  # each names its input and its fix
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     return 0
 
 

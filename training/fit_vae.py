@@ -12,7 +12,8 @@ Loss: L1 + MSE of the reconstruction, plus ``kl_weight`` x the KL term per pixel
 PSNR of predicting the training set's mean image). The output folder is a diffusers
 ``AutoencoderKLWan`` folder (config.json + safetensors) whose ``latents_mean``/``latents_std``
 are measured on the training clips, plus ``fit_vae.json`` (the scores, the time, the config);
-train a WAM on it with ``python -m training model.vae_path=<output_dir>``.
+train a WAM on it with ``python -m training model.vae_path=<output_dir>``. An ``output_dir`` that holds anything
+is refused before any work unless ``overwrite=true``.
 
     python -m training.fit_vae dataset.root=outputs/demo/data output_dir=outputs/demo/vae steps=800
 """
@@ -35,6 +36,7 @@ from tqdm import tqdm
 from agents.wam.config import VAEConfig
 from training.engine.config import EngineConfig, lr_lambda
 from wam_gym.utils.cli import fail, run_hydra
+from wam_gym.utils.publish import TargetBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ class FitVAEConfig:
     dataset: VAEDataConfig = field(default_factory=VAEDataConfig)  # the clips
     vae: VAEConfig = field(default_factory=small_vae)  # the geometry (diffusers AutoencoderKLWan kwargs)
     output_dir: str | None = None  # the diffusers folder written (model.vae_path of python -m training)
+    overwrite: bool = False  # replace what output_dir holds (else a non-empty one is refused before any work)
     steps: int = 800  # optimizer steps
     batch_size: int = 4  # clips per step
     lr: float = 3e-3  # peak learning rate (5% linear warm-up, then a half cosine to 0)
@@ -102,8 +105,11 @@ def fit_vae(cfg: FitVAEConfig) -> dict:
     from diffusers import AutoencoderKLWan
 
     from training.data import ClipDataset, LeRobotDataset
-    from wam_gym.utils.publish import atomic_dir
+    from wam_gym.utils.publish import atomic_dir, check_destination
 
+    if Path(cfg.output_dir).is_file():
+        raise FileExistsError(f"output_dir={cfg.output_dir} is a file, and fit_vae writes a folder: name a new folder")
+    check_destination(cfg.output_dir, cfg.overwrite, flag="overwrite=true")
     torch.manual_seed(cfg.seed)
     dataset = LeRobotDataset(cfg.dataset.root, cache_episodes=cfg.dataset.cache_episodes, require_stats=False)
     train, held = split_clips(cfg, dataset, ClipDataset)
@@ -225,7 +231,7 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger().setLevel(logging.INFO)
     try:
         fit_vae(OmegaConf.to_object(cfg))
-    except (ValueError, FileNotFoundError, FloatingPointError) as exc:
+    except (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, TargetBusyError) as exc:
         fail(exc)
 
 

@@ -25,6 +25,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from agents.wam.finite_weights import check_finite
+
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE, WEIGHTS_FILE = "detector.json", "model.safetensors"
@@ -85,7 +87,10 @@ class SuccessDetector(nn.Module):
             raise FileNotFoundError(f"{folder} is not a success detector (no {CONFIG_FILE} and {WEIGHTS_FILE}): train "
                                     "one with python -m wam_gym.world_model_eval --detector DIR (it trains one where none is)")
         detector = cls(DetectorConfig(**json.loads((folder / CONFIG_FILE).read_text())["config"]))
-        detector.load_state_dict(load_file(folder / WEIGHTS_FILE))
+        weights = load_file(folder / WEIGHTS_FILE)
+        check_finite(weights, folder / WEIGHTS_FILE, "train the detector again (python -m wam_gym.world_model_eval --detector "
+                     "a new folder)")
+        detector.load_state_dict(weights)
         return detector.eval()
 
 

@@ -28,6 +28,7 @@ from transformers import AutoTokenizer, UMT5EncoderModel
 
 from agents.wam.action_expert import ActionExpert
 from agents.wam.config import MoTConfig, VAEConfig
+from agents.wam.finite_weights import check_finite
 from agents.wam.lora import base_state_dict, has_lora, load_lora, save_lora
 from agents.wam.mot import MoTWAM
 from agents.wam.precision import module_dtype
@@ -145,12 +146,14 @@ def load_tokenizer(folder: Path):
 def _load_component(name: str, folder: Path, config: MoTConfig) -> torch.nn.Module:
     dtype = module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[name]))
     try:
-        return COMPONENTS[name].from_pretrained(str(folder), torch_dtype=dtype, local_files_only=True, use_safetensors=True)
+        module = COMPONENTS[name].from_pretrained(str(folder), torch_dtype=dtype, local_files_only=True, use_safetensors=True)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # what the libraries raise for a bad file
         raise MissingCheckpointError(
             f"{folder.parent}: {folder.name}/ cannot be loaded ({_root_cause(exc)}); its files are truncated or corrupt: "
             "re-save the checkpoint (or copy it again)"
         ) from exc
+    check_finite(module.state_dict(), f"{folder.parent}: {folder.name}/")
+    return module
 
 
 def _root_cause(exc: BaseException) -> str:

@@ -21,6 +21,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from agents.wam.finite_weights import check_finite
+
 EXPERTS = {"video": "transformer", "action": "action_expert"}
 SETTINGS_FILE = "wam_lora.json"
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -126,6 +128,7 @@ def load_lora(model: nn.Module, directory: Path) -> None:
             weights = load_file(str(path))
         except SafetensorError as exc:
             raise ValueError(f"LoRA weights {path} are truncated or corrupt ({exc}); re-save the adapters") from exc
+        check_finite(weights, f"LoRA weights {path}", "load an earlier checkpoint's adapters, or re-save them")
         result = set_peft_model_state_dict(getattr(model, EXPERTS[expert]), weights)
         if result.unexpected_keys:
             raise ValueError(f"LoRA weights in {path} do not fit the model: {result.unexpected_keys[:3]}")

@@ -49,9 +49,11 @@ from agents.wam.fastwam.embeddings import ProprioEncoder
 from agents.wam.fastwam.layout import CheckpointMismatchError, LayoutError, to_ours, to_theirs
 from agents.wam.fastwam.model import BUILDERS, FastWAM
 from agents.wam.fastwam.their_config import TheirArchitecture, read_shapes
+from agents.wam.fastwam.their_stats import read_their_stats
+from agents.wam.finite_weights import check_finite
 from agents.wam.lora import load_lora, merged_state_dict
 from agents.wam.precision import module_dtype
-from wam_gym.utils.publish import atomic_dir
+from wam_gym.utils.publish import atomic_dir, atomic_path
 
 DENOISER = {"transformer": wan.WanTransformer3DModel, "action_expert": FastWAMActionDiT, "proprio_encoder": ProprioEncoder}
 ENCODERS = {"vae": AutoencoderKLWan, "text_encoder": UMT5EncoderModel}
@@ -61,21 +63,41 @@ _PRECISION_GROUP = {"transformer": "backbone", "action_expert": "backbone", "pro
 
 # ----------------------------------------------------------------------------- their file
 def read_their_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
-    """Their ``.pt`` -> flat tensors in their layout (``mot.<key>``, ``proprio_encoder.<key>``), on the CPU."""
+    """Their ``.pt`` -> flat tensors in their layout (``mot.<key>``, ``proprio_encoder.<key>``), on the CPU: every
+    value a floating tensor holding no NaN or inf, else refused naming it."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise MissingCheckpointError(f"{path} is not a file; pass FastWAM's checkpoint (.pt), e.g. its LIBERO release")
+        what = "a directory" if path.is_dir() else "not a file"
+        raise MissingCheckpointError(f"{path} is {what}; pass FastWAM's checkpoint (.pt), e.g. its LIBERO release")
     payload = wan_original.read_torch_file(path, "a FastWAM checkpoint is a dict of state dicts: re-save it with "
                                                  "torch.save({'mot': model.mot.state_dict(), ...})")
     if not isinstance(payload, Mapping) or "mot" not in payload:
-        found = sorted(payload) if isinstance(payload, Mapping) else type(payload).__name__
+        found = sorted(map(str, payload)) if isinstance(payload, Mapping) else type(payload).__name__
         raise MissingCheckpointError(
             f"{path} is not a FastWAM checkpoint: it needs a 'mot' entry (found {found}); a legacy 'dit'-only "
             "file holds the video expert alone and is not loaded"
         )
-    flat = {f"mot.{k}": v for k, v in payload["mot"].items()}
-    flat.update({f"proprio_encoder.{k}": v for k, v in payload.get("proprio_encoder", {}).items()})
+    flat = {}
+    for group in ("mot", "proprio_encoder"):
+        state = payload.get(group, {})
+        if not isinstance(state, Mapping):
+            raise CheckpointMismatchError(f"{path}: its '{group}' entry is a {type(state).__name__}, not a state dict; "
+                                          "re-save it with torch.save({'mot': model.mot.state_dict(), ...})")
+        flat.update({f"{group}.{k}": v for k, v in state.items()})
+    _check_tensors(flat, path)
     return flat
+
+
+def _check_tensors(flat: Mapping[str, object], path: Path) -> None:
+    """Every value a floating-point tensor (weights), none holding NaN or inf."""
+    for key, value in flat.items():
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointMismatchError(f"{path}: {key} is a {type(value).__name__}, not a tensor; it is not a FastWAM "
+                                          "checkpoint (their .pt's 'mot' and 'proprio_encoder' are state dicts of tensors)")
+        if not value.is_floating_point():
+            raise CheckpointMismatchError(f"{path}: {key} is {value.dtype}, and a FastWAM's weights are floating point; "
+                                          "re-save it from the trained model (its state_dict, not a quantised copy)")
+    check_finite(flat, path, "their model diverged or the file is damaged: convert an earlier checkpoint of the run")
 
 
 def their_state(model: FastWAM) -> dict[str, torch.Tensor]:
@@ -96,9 +118,11 @@ def write_their_checkpoint(flat: Mapping[str, torch.Tensor], path: str | Path, s
         groups[group][inner] = value.detach().cpu().contiguous()
     payload = {**groups, "step": step, "torch_dtype": str(next(iter(groups["mot"].values())).dtype)}
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)  # a crash leaves the old file or the new one, never half of one
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, and their checkpoint is one file: name the .pt to write "
+                                f"(e.g. {path / 'fastwam.pt'})")
+    with atomic_path(path) as tmp:  # a crash leaves the old file or the new one, never half of one, nor a temp file
+        torch.save(payload, tmp)
     return path
 
 
@@ -114,7 +138,8 @@ def _our_states(flat: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.T
             continue
         states[component][inner] = value
     if unknown:
-        raise CheckpointMismatchError(f"{len(unknown)} key(s) of the checkpoint have no place in FastWAM: {_names(unknown)}")
+        raise CheckpointMismatchError(f"{len(unknown)} key(s) of the checkpoint have no place in FastWAM: {_names(unknown)}; "
+                                      "it is another model's (or was edited): convert the .pt FastWAM's training wrote")
     return states
 
 
@@ -150,7 +175,9 @@ def _load_denoiser(components: Mapping[str, torch.nn.Module], flat: Mapping[str,
     for name, module in components.items():
         problems += [f"{name}: {p}" for p in _check(module.state_dict(), states[name], name)]
     if problems:
-        raise CheckpointMismatchError(f"the checkpoint does not fit {what}: " + " | ".join(problems))
+        raise CheckpointMismatchError(f"the checkpoint does not fit {what}: " + " | ".join(problems) + "; pass the config "
+                                      "of the run that wrote it (--their-config) or the preset of its size, or convert "
+                                      "an unedited .pt")
     for name, module in components.items():
         expected = module.state_dict()
         on_meta = any(p.is_meta for p in module.parameters())
@@ -203,13 +230,13 @@ def convert_their_checkpoint(
     ``encoders_from``: a Wan2.2-TI2V-5B diffusers folder whose ``vae/``, ``text_encoder/`` and ``tokenizer/`` are
     copied in (their file has none), so the directory is a whole model; else :func:`load_fastwam` takes them
     from such a folder when loading."""
+    their_stats = read_their_stats(stats) if stats is not None else None  # before the weights: it is quick
     flat = read_their_checkpoint(path)
     config = their_model_config(flat, architecture)
+    if their_stats is not None:
+        their_stats.check_fits(config.action_dim, config.state_dim)
     denoiser = _denoiser_on_meta(config, dtype=next(iter(flat.values())).dtype)
     _load_denoiser(denoiser, flat, config.preset)
-    if stats is not None and not Path(stats).is_file():
-        raise MissingCheckpointError(f"--stats {stats} is not a file; pass their dataset_stats.json (it ships "
-                                     "beside their checkpoint)")
     wan = Path(encoders_from).expanduser() if encoders_from else None
     folders = _encoder_folders(wan) if wan is not None and not is_wan_original(wan) else {}
     encoders = _load_encoders(wan, config) if wan is not None and not folders else {}
@@ -252,7 +279,10 @@ def _load_encoders(root: Path, config: FastWAMConfig) -> dict:
     _require_dir(root, "encoders_from", _ENCODERS_HELP)
     if is_wan_original(root):
         dtypes = tuple(module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[n])) for n in ENCODERS)
-        return wan_original.load_encoders(root, config.vae, config.text_encoder, dtypes)
+        encoders = wan_original.load_encoders(root, config.vae, config.text_encoder, dtypes)
+        for name in ENCODERS:
+            check_finite(encoders[name].state_dict(), f"{root} ({name})")
+        return encoders
     parts = {name: _load(name, root / name, config) for name in ENCODERS}
     parts["tokenizer"] = load_tokenizer(root / "tokenizer")
     return parts
@@ -283,11 +313,19 @@ def save_fastwam(
 
 def _our_config(root: Path) -> FastWAMConfig:
     _require_dir(root, "FastWAM checkpoint", "convert one with scripts/convert_fastwam_checkpoint.py")
-    data = _read_json(root / CONFIG_FILE) if (root / CONFIG_FILE).is_file() else {}
-    if data.get("architecture") != "fastwam":
-        raise MissingCheckpointError(f"{root} has no {CONFIG_FILE} of a FastWAM (\"architecture\": \"fastwam\"); "
-                                     "convert their checkpoint with scripts/convert_fastwam_checkpoint.py")
-    return FastWAMConfig.from_dict(data)
+    if not (root / CONFIG_FILE).is_file():
+        raise MissingCheckpointError(f"{root} has no {CONFIG_FILE}: it is no checkpoint directory; pass one that "
+                                     "scripts/convert_fastwam_checkpoint.py to-ours or python -m training wrote")
+    data = _read_json(root / CONFIG_FILE)
+    if not isinstance(data, dict) or data.get("architecture") != "fastwam":
+        named = data.get("architecture", "mot") if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+        raise MissingCheckpointError(f"{root / CONFIG_FILE} is not a FastWAM's (\"architecture\" is {named!r}, not "
+                                     "\"fastwam\"): pass a FastWAM checkpoint directory (to-ours writes one)")
+    try:
+        return FastWAMConfig.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise MissingCheckpointError(f"{root / CONFIG_FILE} does not describe a FastWAM ({' '.join(str(exc).split())}); "
+                                     "re-convert the checkpoint, or restore the file") from None
 
 
 def read_our_checkpoint(directory: str | Path) -> dict[str, torch.Tensor]:
@@ -326,7 +364,14 @@ def _load(name: str, folder: Path, config: FastWAMConfig) -> torch.nn.Module:
     _require_weights(folder, folder.parent)
     dtype = module_dtype(getattr(config.encoder_mode, _PRECISION_GROUP[name]))
     try:
-        return {**DENOISER, **ENCODERS}[name].from_pretrained(
+        module = {**DENOISER, **ENCODERS}[name].from_pretrained(
             str(folder), torch_dtype=dtype, local_files_only=True, use_safetensors=True)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
-        raise MissingCheckpointError(f"{folder} cannot be loaded ({exc}); re-convert or copy the checkpoint again") from exc
+        raise MissingCheckpointError(f"{folder} cannot be loaded ({_one_line(exc)}); re-convert or copy the checkpoint "
+                                     "again") from exc
+    check_finite(module.state_dict(), folder)
+    return module
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

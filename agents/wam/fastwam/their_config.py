@@ -65,7 +65,7 @@ class Shapes:
 def _shape(flat: Mapping[str, torch.Tensor], key: str) -> tuple[int, ...]:
     if key not in flat:
         raise CheckpointMismatchError(f"the checkpoint lacks {key}: it is not a FastWAM of theirs (their .pt's 'mot' "
-                                      "and 'proprio_encoder' state dicts)")
+                                      "and 'proprio_encoder' state dicts): pass their release or a .pt their training wrote")
     return tuple(flat[key].shape)
 
 
@@ -111,13 +111,20 @@ def config_shapes(config: FastWAMConfig) -> Shapes:
 
 def read_their_config(path: str | Path) -> dict[str, Any]:
     """Their ``config.yaml`` (what their training writes: the resolved Hydra config) as plain data."""
+    import yaml
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"--their-config {path} is not a file; pass the config.yaml their training wrote into "
                                 "the run's output_dir")
-    data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise ValueError(f"{path} is not a readable YAML config ({reason}); pass the config.yaml their training wrote "
+                         "into the run's output_dir") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise ValueError(f"{path} is not their training config (it has no 'model' section); pass the config.yaml "
                          "their training wrote into the run's output_dir")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import zipfile
 from pathlib import Path
 
 import torch
@@ -152,14 +153,19 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 def read_torch_file(path: Path, fix: str):
     """A ``torch.save`` file from another project, unpickling tensors, containers and numbers only (anything
     else is refused with the reason, never run): FastWAM's checkpoints and Wan's ``.pth`` files."""
+    if not zipfile.is_zipfile(path):  # torch.save's archive; an empty, cut-short or foreign file is not one
+        raise MissingCheckpointError(f"{path} is not a torch.save archive ({path.stat().st_size} bytes: empty, cut short "
+                                     "or another kind of file); download or copy it again")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line), lines[0] if lines else "")
         raise MissingCheckpointError(f"{path} holds more than tensors and containers, and is not unpickled "
-                                     f"({str(exc).splitlines()[0]}); {fix}") from exc
-    except (RuntimeError, EOFError) as exc:
-        raise MissingCheckpointError(f"{path} cannot be read as a torch.save file ({exc}); it is truncated or "
-                                     "not a checkpoint") from exc
+                                     f"({reason}); {fix}") from exc
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise MissingCheckpointError(f"{path} cannot be read as a torch.save file ({' '.join(str(exc).split())}); it is "
+                                     "truncated or not a checkpoint: download or copy it again") from exc
 
 
 def _renamed(state: dict[str, torch.Tensor], rule, path) -> dict[str, torch.Tensor]:
