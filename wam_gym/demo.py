@@ -44,6 +44,7 @@ import numpy as np
 from wam_gym.eval.preflight import CONFIG_FILE
 from wam_gym.eval.tasks import TASK_SETS
 from wam_gym.results import task_slug
+from wam_gym.run_files import read_results
 from wam_gym.utils.publish import atomic_path
 from wam_gym.utils.video import imagination_strip, read_mp4
 
@@ -255,7 +256,7 @@ class Demo:
 
     # ----------------------------------------------------------------- report
     def report(self) -> dict:
-        results = {a: json.loads((self.out / "eval" / a / "results.json").read_text()) for a in ("wam", "expert", "random")}
+        results = {a: read_results(self.out / "eval" / a / "results.json") for a in ("wam", "expert", "random")}
         paired = self._wam_vs_random()
         rows = []
         for task in self.config.tasks:
@@ -385,8 +386,8 @@ def _finished(done: Path) -> bool:
     if done.name != "results.json":
         return True
     try:
-        return json.loads(done.read_text()).get("complete") is True
-    except ValueError:
+        return read_results(done).get("complete") is True
+    except ValueError:  # unreadable, or a field of another type: the stage runs again (its episodes are kept)
         return False
 
 

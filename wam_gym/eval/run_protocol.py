@@ -39,6 +39,7 @@ from envs.registry import suite_of
 from wam_gym.eval import protocols
 from wam_gym.eval.errors import EvalError, ResumeMismatch
 from wam_gym.results import space_checked
+from wam_gym.run_files import PROTOCOL_FIELDS, check_fields
 from wam_gym.utils.fingerprint import checkpoint_fingerprint, file_sha256, python_fingerprint
 from wam_gym.utils.run_dir import and_more, read_record, write_record
 
@@ -218,6 +219,8 @@ def load(run_dir: Path) -> dict[str, Any]:
     if any(not isinstance(record.get(s, {}), dict) for s in SECTIONS):
         raise ValueError(f"{path} is not a protocol record (an object with {', '.join(SECTIONS)}): rerun the "
                          "evaluation into a new output dir")
+    check_fields(path, record, PROTOCOL_FIELDS, "restore the field as the evaluation wrote it, or rerun the evaluation "
+                 "into a new output dir")
     return record
 
 
