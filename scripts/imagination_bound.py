@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wam_gym.utils.cli import fail
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 
@@ -67,6 +69,19 @@ def bound(checkpoint: str, tasks: list[str], seeds: int, steps: int) -> dict:
     return {"frame_stride": stride, "offsets": means}
 
 
+def check_args(args: argparse.Namespace) -> list[str]:
+    """Every argument checked before an episode runs or the VAE loads: the tasks."""
+    from wam_gym.world_model_eval import check_checkpoint, check_tasks
+
+    for flag, value, high in (("--seeds", args.seeds, 10_000), ("--steps", args.steps, 100_000)):
+        if not 1 <= value <= high:
+            raise ValueError(f"{flag} {value}: give an integer in [1, {high}]")
+    if args.json is not None and (Path(args.json).is_dir() or not Path(args.json).parent.is_dir()):
+        raise ValueError(f"--json {args.json}: name a file in an existing folder")
+    check_checkpoint(args.checkpoint, "--checkpoint")
+    return check_tasks(args.tasks)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True, help="a WAM checkpoint (its VAE and cameras are used)")
@@ -75,9 +90,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150, help="step limit of each episode")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    from wam_gym.eval.tasks import TASK_SETS
-
-    result = bound(args.checkpoint, args.tasks or list(TASK_SETS["metaworld_demo"]), args.seeds, args.steps)
+    try:
+        tasks = check_args(args)
+        result = bound(args.checkpoint, tasks, args.seeds, args.steps)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        fail(exc)
     print(f"frame stride {result['frame_stride']}; PSNR dB / SSIM")
     print("| frame k | VAE round trip of the true future | copy the current frame | frames |")
     print("| --- | --- | --- | --- |")

@@ -121,14 +121,37 @@ def row(name: str, root: Path, venv_dir: Path) -> tuple[list[str], bool]:
             "yes" if identical else "no", "ok" if ok else "FAIL"], ok
 
 
+DERIVED = ("relayout", "v21", "from-v21", "lerobot-v21", "aggregated")  # what it writes under --work
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The inputs, before anything is written (--work used to be deleted whatever it held)."""
+    if not (args.dataset / "meta" / "info.json").is_file():
+        raise ValueError(f"{args.dataset} is not a LeRobot dataset (no meta/info.json): pass one python -m "
+                         "training.collect wrote")
+    if not (args.lerobot / "venv" / "bin" / "python").is_file():
+        raise ValueError(f"--lerobot {args.lerobot} has no venv/bin/python: build it with scripts/lerobot/setup.sh DIR")
+    if args.work.exists() and not args.work.is_dir():
+        raise ValueError(f"--work {args.work} is a file: pass a folder")
+    foreign = sorted(p.name for p in args.work.iterdir() if p.name not in DERIVED) if args.work.is_dir() else []
+    if foreign:
+        raise ValueError(f"--work {args.work} holds {', '.join(foreign[:3])}, which this script did not write: pass a "
+                         f"new or empty folder (it writes {', '.join(DERIVED)} there)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python scripts/lerobot_crosscheck.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", type=Path, help="a dataset python -m training.collect wrote")
     parser.add_argument("--lerobot", type=Path, required=True, help="the DIR given to scripts/lerobot/setup.sh")
-    parser.add_argument("--work", type=Path, required=True, help="where the derived datasets go (replaced)")
+    parser.add_argument("--work", type=Path, required=True, help="a new or empty folder for the derived datasets")
     args = parser.parse_args(argv)
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
+    try:
+        check_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    for name in DERIVED:  # this script's own, from an earlier run: replaced
+        shutil.rmtree(args.work / name, ignore_errors=True)
+    args.work.mkdir(parents=True, exist_ok=True)
     made = {"collected": args.dataset.resolve()}
     convert(args.dataset, args.work / "relayout", episodes_per_file=7)
     made["relayout"] = args.work / "relayout"

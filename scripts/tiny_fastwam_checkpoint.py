@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
@@ -41,10 +40,11 @@ def main() -> None:
     parser.add_argument("output", type=Path, help="a new directory for the checkpoint")
     parser.add_argument("--image-size", type=int, default=32, help="pixels a side of each camera (default 32)")
     args = parser.parse_args()
-    try:
-        print(make(args.output, args.image_size))
-    except FileExistsError as exc:
-        sys.exit(f"tiny_fastwam_checkpoint: {exc}")
+    if not 16 <= args.image_size <= 1024:
+        parser.error(f"--image-size {args.image_size}: give pixels a side in [16, 1024]")
+    if args.output.exists():
+        parser.error(f"{args.output} exists: name a new directory")
+    print(make(args.output, args.image_size))
 
 
 if __name__ == "__main__":

@@ -12,13 +12,13 @@ precompute.max_samples limits the text features, the rest are computed online in
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from training.config import TrainConfig, register_configs
+from wam_gym.utils.cli import fail, run_hydra
 
 register_configs()
 CONF = str(Path(__file__).resolve().parent.parent / "training" / "conf")
@@ -31,9 +31,12 @@ def main(cfg: DictConfig) -> None:
     from training.caches import cache_dir, generate
     from training.loop import build
 
-    config: TrainConfig = OmegaConf.to_object(cfg)
+    try:
+        config: TrainConfig = OmegaConf.to_object(cfg)  # the dataclasses' own checks raise ValueError here
+    except ValueError as exc:
+        fail(exc)
     if config.video_latent_cache != "generate":
-        sys.exit("add video_latent_cache=generate to write the cache (with the run's other overrides)")
+        fail("add video_latent_cache=generate to write the cache (with the run's other overrides)")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     config.infra.latent_cache = False  # generating: read the frames, not a cache
     torch.manual_seed(config.seed)  # the same (random-init) encoders the run will build
@@ -42,10 +45,10 @@ def main(cfg: DictConfig) -> None:
         directory = cache_dir()
         meta = generate(model, clips, directory, list(config.video_latent_cache_fields), config.precompute.max_samples)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:
-        sys.exit(f"error: {exc}")
+        fail(exc)
     print(f"cache written to {directory}: video latents for {meta['video_samples']} samples, "
           f"text features for {meta.get('text_prompts', 0)} instructions")
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra(main, "python scripts/video_cache.py")  # a config that does not compose: one line

@@ -99,12 +99,12 @@ class BrokerConfig:
 
 
 BROKER_RANGES = {  # every numeric knob of the broker (MULTIRUN.*)
-    "num_gpus": Range(0, note="0: CPU workers"),
-    "workers_per_gpu": Range(1),
-    "inference_batch_size": Range(1),
+    "num_gpus": Range(0, 1024, note="0: CPU workers"),
+    "workers_per_gpu": Range(1, 256),
+    "inference_batch_size": Range(1, 65_536),
     "inference_batch_wait_ms": Range(0, integer=False, note="milliseconds"),
     "torch_threads_per_worker": Range(0, note="0: torch's own count, untouched", null="1 on CPU workers, else torch's"),
-    "max_worker_restarts": Range(0, note="0: the first death stops the run"),
+    "max_worker_restarts": Range(0, 10_000, note="0: the first death stops the run"),
     "startup_timeout_s": Range(0, open_low=True, integer=False, note="seconds"),
     "stall_factor": Range(1, integer=False),
     "stall_floor_s": Range(0, open_low=True, integer=False, note="seconds"),

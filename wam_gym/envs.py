@@ -16,8 +16,10 @@ import sys
 
 
 def _list(args) -> int:
-    from envs.registry import suites
+    from envs.registry import suite_named, suites
 
+    if args.suite is not None:
+        suite_named(args.suite, "--suite")  # a misspelt suite listed nothing, with rc 0
     rows = [("id", "suite", "installed", "max steps", "how to install")]
     for suite in suites():
         if args.suite and suite.name != args.suite:
@@ -59,16 +61,30 @@ def _make(env_id: str, kwargs: dict):
     """``envs.make``; an error about its keywords also says how this command line passes them."""
     import envs
     from envs.errors import MissingAssetsError
+    from envs.kwargs import EnvKwargError
     from envs.registry import suite_of
 
     try:
         return envs.make(env_id, **kwargs)
-    except (TypeError, MissingAssetsError) as exc:
-        # TypeError: a keyword the constructor lacks or needs; the world model's own error asks for two.
+    except (TypeError, EnvKwargError, MissingAssetsError) as exc:
+        # a keyword the constructor lacks, needs or takes of another type; the world model's own error asks for two.
         if isinstance(exc, MissingAssetsError) and suite_of(env_id).name != "world_model":
             raise
         raise ValueError(f"{exc}; here pass them as: python -m wam_gym.envs check {env_id} --kwarg KEY=VALUE "
-                         "(repeatable)") from None
+                         "(repeatable; a JSON value is parsed: true, 64, '[\"corner\"]')") from None
+
+
+MAX_STEPS = 10_000  # random steps: more is a typo, and minutes of simulation before the verdict
+
+
+def _steps(text: str) -> int:
+    try:
+        steps = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= steps <= MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"{steps}: give an integer in [0, {MAX_STEPS}]")
+    return steps
 
 
 def _kwarg(text: str) -> tuple[str, object]:
@@ -89,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p_list.add_argument("--installed", action="store_true", help="only suites whose simulator is installed")
     p_check = sub.add_parser("check", help="make one env, run gymnasium's env checker and a few steps")
     p_check.add_argument("id")
-    p_check.add_argument("--steps", type=int, default=10)
+    p_check.add_argument("--steps", type=_steps, default=10, help=f"random steps after the checker (0..{MAX_STEPS})")
     p_check.add_argument("--kwarg", type=_kwarg, action="append", default=[], metavar="KEY=VALUE",
                          help="a constructor keyword for envs.make (repeatable; JSON values are parsed)")
     args = parser.parse_args(argv)

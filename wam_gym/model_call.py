@@ -77,11 +77,11 @@ class ModelWorkersConfig(BrokerConfig):
 
 
 MODEL_CALL_RANGES = {  # every numeric ModelCallConfig knob (tests/test_config_schema.py holds it to that)
-    "action_horizon": Range(1, null="the model's"),
-    "replan_steps": Range(1, null="action_horizon"),
-    "num_inference_steps": Range(1, note="denoising steps per call"),
+    "action_horizon": Range(1, 100_000, null="the model's"),
+    "replan_steps": Range(1, 100_000, null="action_horizon"),
+    "num_inference_steps": Range(1, 1000, note="denoising steps per call"),
     "shift": Range(0, open_low=True, integer=False, null="the model's own"),
-    "seed": Range(0, note="trial k uses seed + k"),
+    "seed": Range(0, 2**31 - 1, note="trial k uses seed + k"),
 }
-MODEL_WORKERS_RANGES = {**BROKER_RANGES, "prompt_cache_size": Range(0, note="0: no cache")}
+MODEL_WORKERS_RANGES = {**BROKER_RANGES, "prompt_cache_size": Range(0, 1_000_000, note="0: no cache")}
 

@@ -287,17 +287,17 @@ def check_args(args: argparse.Namespace) -> tuple[list[PolicySpec], list[str]]:
     specs = [PolicySpec.parse(p) for p in args.policy]
     if len({s.name for s in specs}) < 2:
         raise ValueError("--policy: give two or more different policies (a correlation ranks them)")
-    _check_checkpoint(args.world_model, "--world-model")
+    check_checkpoint(args.world_model, "--world-model")
     for spec in specs:
         if spec.kind == "wam":
-            _check_checkpoint(spec.target, f"--policy wam={spec.target}")
+            check_checkpoint(spec.target, f"--policy wam={spec.target}")
         elif spec.kind == "python":
             _check_factory(spec.target)
     _check_folders(Path(args.detector), Path(args.output), args.overwrite)
-    return specs, _tasks(args.tasks)
+    return specs, check_tasks(args.tasks)
 
 
-def _check_checkpoint(path: str, flag: str) -> None:
+def check_checkpoint(path: str, flag: str) -> None:
     from wam_gym.eval.preflight import CONFIG_FILE
 
     if not (Path(path).expanduser() / CONFIG_FILE).is_file():
@@ -336,7 +336,7 @@ def _check_folders(detector: Path, output: Path, overwrite: bool) -> None:
                          "to replace them")
 
 
-def _tasks(tasks: list[str] | None) -> list[str]:
+def check_tasks(tasks: list[str] | None) -> list[str]:
     """The env ids (default: the demo's four), each registered and its simulator installed."""
     from envs.errors import MissingSimulatorError
     from envs.registry import suite_of
