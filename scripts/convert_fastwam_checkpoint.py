@@ -34,6 +34,7 @@ refused, named. Every refusal is one ``error: ...`` line on stderr, exit status 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -46,6 +47,7 @@ from agents.wam.fastwam.checkpoint import (  # noqa: E402
 )
 from agents.wam.fastwam.config import PRESETS  # noqa: E402
 from agents.wam.fastwam.inputs import CONVENTIONS  # noqa: E402
+from agents.wam.fastwam.layout import CheckpointMismatchError  # noqa: E402
 from agents.wam.fastwam.their_config import FLAGS, TheirArchitecture, read_shapes, read_their_config  # noqa: E402
 from agents.wam.fastwam.their_stats import read_their_stats, stats_beside  # noqa: E402
 from wam_gym.utils.publish import TargetBusyError, check_destination  # noqa: E402
@@ -129,7 +131,8 @@ def to_ours(args: argparse.Namespace) -> None:
         raise FileNotFoundError(f"{args.source} is {'a directory' if args.source.is_dir() else 'not a file'}; pass "
                                 "their checkpoint (.pt), e.g. their LIBERO release's libero_uncond_2cam224.pt")
     stats = chosen_stats(args)
-    target = convert_their_checkpoint(args.source, args.target, architecture(args), stats, args.encoders)
+    with named(args.source):
+        target = convert_their_checkpoint(args.source, args.target, architecture(args), stats, args.encoders)
     print(f"wrote {target}")
 
 
@@ -162,8 +165,20 @@ def refuse_inside(target: Path, inputs: list[Path | None]) -> None:
 def inspect(source: Path) -> None:
     if not (source.is_dir() or source.is_file()):
         raise FileNotFoundError(f"{source} does not exist; pass their .pt or a directory to-ours wrote")
-    flat = read_our_checkpoint(source) if source.is_dir() else read_their_checkpoint(source)
-    print("\n".join(describe(flat)))
+    with named(source):
+        flat = read_our_checkpoint(source) if source.is_dir() else read_their_checkpoint(source)
+        print("\n".join(describe(flat)))
+
+
+@contextlib.contextmanager
+def named(source: Path):
+    """A checkpoint that does not fit is named by its path (the mapping's messages say "the checkpoint")."""
+    try:
+        yield
+    except CheckpointMismatchError as exc:
+        if str(source) in str(exc):
+            raise
+        raise CheckpointMismatchError(f"{source}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
