@@ -40,6 +40,18 @@ def batch_size(obs: Mapping[str, Any]) -> int | None:
     return state.shape[0] if state.ndim == 2 else None
 
 
+def nonfinite_state(state: np.ndarray) -> str | None:
+    """Why a state (a row (D,) or a batch (B, D)) must not reach a model, or None: where it holds NaN/inf.
+    The one check of it: a WAM's policy and the policy server (for any served policy) both ask here."""
+    bad = ~np.isfinite(state)
+    if not bad.any():
+        return None
+    rows, dims = (sorted({int(i) for i in axis}) for axis in np.nonzero(np.atleast_2d(bad)))
+    where = f"rows {rows}, dimensions {dims}" if state.ndim == 2 else f"dimensions {dims}"
+    return (f"the observation's state holds NaN/inf ({where}), as the env or client sent it: the model was not called. "
+            "Check the env's state (a simulator that diverged) or what the client sends")
+
+
 def take_row(batch: Mapping[str, Any], i: int) -> dict[str, Any]:
     """Row ``i`` of a batch, without the batch axis."""
     out: dict[str, Any] = {}

@@ -10,10 +10,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -435,3 +437,32 @@ def test_cli_exit_1_always_says_why(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "WHY": why})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == f"error: {why}"
+
+
+# ----------------------------------------------------------------- stop signals: a scheduler's SIGTERM, Ctrl-C
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_a_stop_signal_mid_run_keeps_the_episodes_and_says_how_to_resume(tmp_path, sig):
+    """A real ``python -m wam_gym.eval`` (Meta-World's expert, short episodes), signalled once two episodes are on
+    disk: it ends in one line, with the signal's exit status, and results.json says what is missing and how to go on."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wam_gym.eval", "EVALUATION.agent=expert", f"MULTIRUN.task_sets=[{REACH}]",
+         "EVALUATION.num_trials=40", "EVALUATION.max_episode_steps=30", "MULTIRUN.env_num_per_worker=1",
+         "EVALUATION.tensorboard=false", "EVALUATION.output_dir=out"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(list((tmp_path / "out" / "episodes").rglob("*.json"))) < 2 and proc.poll() is None:
+            assert time.monotonic() < deadline, "no episode within 240 s"
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig and "Traceback" not in stderr, stderr[-3000:]
+    name = signal.Signals(sig).name
+    last = stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"error: stopped by {name}: \d+ of 40 planned episodes have no record \(first: {REACH} trial "
+                        r"\d+\); run again with EVALUATION\.output_dir=out to run them", last), last
+    saved = results(tmp_path / "out")
+    assert saved["complete"] is False and saved["error"] == last[len("error: "):]
+    assert saved["overall"]["episodes"] >= 2 and not list((tmp_path / "out").rglob(".*"))  # and no temp file

@@ -319,20 +319,35 @@ def test_server_error_answer_stops_the_run_with_its_message(tmp_path, vla_eval_s
         ("remote", {"remote_url": "ws://h:1", "remote_keys": {"pixels.top": "img"}},
          r"remote_keys maps \['pixels.top'\], which .* does not observe; map any of .*pixels.corner"),
         ("remote", {"remote_url": "ws://h:1", "remote_keys": {"proprio": "s"}}, r"maps \['proprio'\]"),
-        ("remote", {"remote_url": "ws://h:1", "remote_timeout_s": 0}, r"remote_timeout_s must be > 0 \(seconds\), got 0"),
+        ("remote", {"remote_url": "ws://h:1", "remote_timeout_s": 0}, r"remote_timeout_s must be in \(0, 86400\] .*got 0"),
+        ("remote", {"remote_url": "ws://h:1", "remote_timeout_s": 1e9}, r"remote_timeout_s must be in \(0, 86400\]"),
+        ("remote", {"remote_url": "ws://localhost"}, r"remote_url='ws://localhost' names no port: write it as ws://localhost:PORT"),
+        ("remote", {"remote_url": "ws://h:1", "remote_api_key": " "}, r"remote_api_key is empty .*or to null to send none"),
         ("python", {}, r"agent=python needs EVALUATION.policy=pkg.module:factory"),
         ("python", {"policy": "tests.example_policy"}, r"write it as pkg.module:factory"),
         ("python", {"policy": "no_such_pkg.policy:make"}, r"cannot import no_such_pkg.policy .*PYTHONPATH"),
         ("python", {"policy": "tests.example_policy:nope"}, r"has no callable 'nope'"),
     ],
     ids=["remote-without-url", "remote-http-url", "remote-bad-port", "remote-bad-protocol", "remote-unknown-camera",
-         "remote-unknown-key", "remote-zero-timeout", "python-without-policy", "python-without-factory",
+         "remote-unknown-key", "remote-zero-timeout", "remote-endless-timeout", "remote-url-without-port",
+         "remote-empty-api-key", "python-without-policy", "python-without-factory",
          "python-unimportable", "python-no-such-factory"],
 )
 def test_bad_remote_and_python_inputs_are_refused_before_anything_runs(tmp_path, agent, evaluation, match):
     with pytest.raises(ValueError, match=match):
         EvalManager(eval_config(tmp_path / "out", agent, **evaluation))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_server_never_reached_is_refused_in_seconds_naming_the_url_and_its_knob(tmp_path):
+    """The reconnect budget (remote_timeout_s, 300 s here) is for a server lost mid-run, not one never reached."""
+    url = f"ws://127.0.0.1:{free_port()}"  # nobody listens there
+    start = time.monotonic()
+    with pytest.raises(EvalError, match=rf"^nothing answers at EVALUATION\.remote_url={url} \(.*\): start the policy "
+                                        r"server there .*or set EVALUATION\.remote_url to where it listens; nothing was run"):
+        EvalManager(eval_config(tmp_path / "out", "remote", remote_url=url, remote_timeout_s=300.0)).run()
+    assert time.monotonic() - start < 15
+    assert not (tmp_path / "out").exists()  # refused before the output dir was touched
 
 
 def test_results_never_keep_the_api_key(tmp_path):

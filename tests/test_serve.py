@@ -275,6 +275,10 @@ BAD_OPENPI = {
     "a 2-D state": (pack_openpi({**openpi_obs(), "observation/state": np.zeros((2, 4), np.float32)}),
                     "must be a 1-D numeric array"),
     "a wrong state size": (pack_openpi(openpi_obs(state_dim=7)), "the model needs float (B, 4)"),
+    "an inf state": (pack_openpi({**openpi_obs(), "observation/state": np.array([0, np.inf, 0, 0], np.float32)}),
+                     "state holds NaN/inf (dimensions [1])"),
+    "an empty image": (pack_openpi({**openpi_obs(), "observation/image": np.zeros((0, 0, 3), np.uint8)}),
+                       "is an empty image (0, 0, 3)"),
     "a bad noise seed": (pack_openpi(openpi_obs(noise_seed=-1)), "noise_seed=-1"),
 }
 
@@ -305,6 +309,42 @@ def test_a_bad_request_fails_only_its_own_connection(wam_server):
 
     anyio.run(main)
     assert "Traceback" not in log.read_text()
+
+
+def test_a_served_python_policy_is_handed_only_observations_a_wam_would_take(tmp_path):
+    """The server checks every client's observation once, for whatever it serves: a NaN/inf state or an empty
+    frame never reaches a python policy (a WAM refuses them too)."""
+    obs = {"observation/image": np.zeros((8, 8, 3), np.uint8), "observation/state": np.ones(3, np.float32), "prompt": "x"}
+    bad = {"an inf state": ({**obs, "observation/state": np.array([0, -np.inf, 0], np.float32)},
+                            "'observation/state': the observation's state holds NaN/inf (dimensions [1])"),
+           "a NaN state": ({**obs, "observation/state": np.array([np.nan, 0, 0])}, "holds NaN/inf (dimensions [0])"),
+           "a 0x0 image": ({**obs, "observation/image": np.zeros((0, 0, 3), np.uint8)},
+                           "'observation/image' (camera cam) is an empty image (0, 0, 3): send frames of H, W >= 1"),
+           "a 0-wide image": ({**obs, "observation/image": np.zeros((8, 0, 3), np.uint8)}, "is an empty image (8, 0, 3)")}
+    with serving(tmp_path, "EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_slow", "SERVE.cameras=[cam]",
+                 env={"WAM_TEST_DELAY_S": "0"}) as (port, _, log):
+        for name, (frame, message) in bad.items():
+            answer, code = openpi_call(port, pack_openpi(frame))
+            assert isinstance(answer, str) and message in answer and code == 1008, (name, answer)
+        assert unpack(openpi_call(port, pack_openpi(obs))[0])["actions"].shape == (4, 3)
+        assert stats(port)["broker"]["requests"] == 1  # the bad ones never reached the model worker
+    assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize("delay_s", [0.3, 1.5], ids=["importing", "checking"])
+def test_a_stop_signal_in_the_first_seconds_ends_in_one_line(tmp_path, sig, delay_s):
+    """Ctrl-C or SIGTERM while the server imports and checks its config (before its own handlers): one line, exit 0."""
+    process = subprocess.Popen([sys.executable, "-m", "wam_gym.serve", "EVALUATION.agent=python",
+                                "EVALUATION.policy=serve_policies:make_slow", "SERVE.cameras=[cam]", "SERVE.port=0"],
+                               cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    anyio.run(anyio.sleep, delay_s)
+    process.send_signal(sig)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines() == [f"wam_gym.serve: stopped by {signal.Signals(sig).name} before serving; no model "
+                                        "worker was started"], err[-3000:]
 
 
 # ----------------------------------------------------------------- the endpoint

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from envs.orientation import ORIENTATIONS, UPRIGHT, reorient, to_upright
-from envs.protocol import INSTRUCTION, PIXELS, STATE
+from envs.protocol import INSTRUCTION, PIXELS, STATE, nonfinite_state
 from wam_gym.wire import OPENPI, PROTOCOLS, VLA_EVAL
 
 
@@ -76,6 +76,9 @@ def key_map(protocol: str, cameras: Sequence[str], overrides: Mapping[str, str] 
     unknown = sorted(set(overrides or {}) - set(keys))
     if unknown:
         raise ValueError(f"{knob} maps {unknown}, which name no input of the model; map any of {sorted(keys)}")
+    for contract, name in (overrides or {}).items():
+        if not isinstance(name, str) or not name.strip(".").strip():  # '' would be read as no key at all
+            raise ValueError(f"{knob}.{contract}={name!r}: give the wire key clients use for it, a non-empty string")
     return {**keys, **{contract: (name,) for contract, name in (overrides or {}).items()}}
 
 
@@ -98,10 +101,16 @@ def to_contract(wire: Any, keys: Mapping[str, Sequence[str]], knob: str = "the k
             name, image = _lookup(wire, names, contract, knob, hints.get(contract))
             if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
                 raise ObservationError(f"{name!r} (camera {camera}) must be a uint8 (H, W, 3) image, got {_describe(image)}")
+            if 0 in image.shape:  # as a WAM's frames refuse it; a served python policy would be handed it
+                raise ObservationError(f"{name!r} (camera {camera}) is an empty image {image.shape}: send frames of "
+                                       "H, W >= 1 (the camera's render failed?)")
             pixels[camera] = to_upright(image, frames)
     name, state = _lookup(wire, keys[STATE], STATE, knob, hints.get(STATE))
     if not (isinstance(state, np.ndarray) and state.ndim == 1 and state.dtype.kind in "biuf"):
         raise ObservationError(f"{name!r} (state) must be a 1-D numeric array, got {_describe(state)}")
+    problem = nonfinite_state(state)  # checked here for every served policy (a python one would act on it)
+    if problem:
+        raise ObservationError(f"{name!r}: {problem}")
     name, instruction = _lookup(wire, keys[INSTRUCTION], INSTRUCTION, knob, hints.get(INSTRUCTION))
     if not isinstance(instruction, str):
         raise ObservationError(f"{name!r} (instruction) must be a string, got {_describe(instruction)}")

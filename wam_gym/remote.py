@@ -41,6 +41,10 @@ from wam_gym.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, Message, W
 # How often a waiting client wakes up to call its on_wait hook (the actor's heartbeat).
 WAIT_SLICE_S = 1.0
 MAX_BACKOFF_S = 2.0  # longest pause between connection attempts while a server restarts
+# A run's first connection: a server never reached is a wrong URL or a server not started, refused in seconds
+# (remote_timeout_s is the budget for a server lost mid-run, while it restarts). A server reached but still
+# loading its model is waited for: its greeting comes within remote_timeout_s.
+FIRST_CONNECT_S = 5.0
 
 
 class PolicyServerLost(ConnectionError):
@@ -185,8 +189,9 @@ class RemotePolicy(Predictor):
             raise PolicyServerError(f"the policy server at {self.settings.url}: {exc}") from None
 
     # ----------------------------------------------------------------- the connection
-    def _connect(self) -> None:
-        """Open a connection unless one is open, retrying with backoff for ``timeout_s``."""
+    def _connect(self, first: bool = False) -> None:
+        """Open a connection unless one is open, retrying with backoff for ``timeout_s`` (``first``: the run's
+        first connection, for FIRST_CONNECT_S: a server never reached is refused at once, naming the URL)."""
         from websockets.exceptions import InvalidStatus
         from websockets.protocol import State
         from websockets.sync.client import connect
@@ -194,7 +199,7 @@ class RemotePolicy(Predictor):
         if self._ws is not None and self._ws.state is State.OPEN:
             return
         self.close()
-        url, timeout = self.settings.url, self.settings.timeout_s
+        url, timeout = self.settings.url, min(FIRST_CONNECT_S, self.settings.timeout_s) if first else self.settings.timeout_s
         headers = {"Authorization": f"Api-Key {self.settings.api_key}"} if self.settings.api_key else None
         deadline, delay = time.monotonic() + timeout, 0.1
         while True:
@@ -211,6 +216,10 @@ class RemotePolicy(Predictor):
             except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, a handshake cut short
                 error = exc
             if time.monotonic() + delay > deadline:
+                if first:
+                    raise PolicyServerError(f"nothing answers at EVALUATION.remote_url={url} ({_reason(error)}): start "
+                                            "the policy server there (python -m wam_gym.serve ...), or set "
+                                            "EVALUATION.remote_url to where it listens")
                 raise PolicyServerLost(f"the policy server at {url} is unreachable for {timeout:g} s "
                                        f"(EVALUATION.remote_timeout_s): {error}")
             self._sleep(delay)
@@ -290,15 +299,22 @@ class RemotePolicy(Predictor):
                 self.on_wait()
 
 
-def served_model(settings: RemoteSettings) -> Any:
+def served_model(settings: RemoteSettings, first: bool = False) -> Any:
     """Connect once and read what the server serves (:attr:`RemotePolicy.served_model`): a run records it, so
-    that its episodes are never counted with another model's."""
+    that its episodes are never counted with another model's. ``first``: the run's first connection (a server
+    not reached within FIRST_CONNECT_S raises PolicyServerError, naming the URL and its knob)."""
     policy = RemotePolicy(settings)
     try:
-        policy.begin_episode(0)
+        policy._connect(first)
         return policy.served_model
     finally:
         policy.close()
+
+
+def _reason(error: Exception) -> str:
+    """Why a connection failed, in a few words (a refused port, a name that does not resolve, an HTTP status)."""
+    text = str(error) or type(error).__name__
+    return text.split(": ", 1)[-1] if text.startswith("[Errno") else text
 
 
 def _short(value: Any, limit: int = 160) -> str:

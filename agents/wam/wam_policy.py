@@ -23,7 +23,7 @@ from agents.wam.inference_config import InferenceConfig, SamplerConfig
 from agents.wam.mot import MoTWAM
 from agents.wam.normalization import Normalizer
 from agents.wam.sampling import FlowSampler
-from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size, select_rows
+from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size, nonfinite_state, select_rows
 
 logger = logging.getLogger(__name__)
 
@@ -115,11 +115,9 @@ class WAMPolicy:
                 f"state is {state.dtype} {state.shape}; the model needs float (B, {dim}) with B={batch} "
                 "(a different state size means the checkpoint was trained on another env: evaluate it there)"
             )
-        if not np.isfinite(state).all():
-            rows, dims = (sorted({int(i) for i in axis}) for axis in np.nonzero(~np.isfinite(state)))
-            raise ValueError(f"the observation's state holds NaN/inf (rows {rows}, dimensions {dims}), as the env or "
-                             "client sent it: the model was not called. Check the env's state (a simulator that "
-                             "diverged) or what the client sends")
+        problem = nonfinite_state(state)
+        if problem:
+            raise ValueError(problem)
         return torch.from_numpy(self.normalizer.normalize_state(state)).to(self.model.device)
 
     def _instructions(self, instruction: Any, batch: int) -> list[str]:

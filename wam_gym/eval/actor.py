@@ -9,9 +9,10 @@ reported as ``retry``: the manager reruns the episode, it is no failure.
 Jobs come in and results go out on two pipes of the actor's own (with, once per task, what its
 env is: action space, camera shapes, for protocol.json), so a SIGKILL of one actor
 can only break its own channel. When the manager dies (SIGKILL) the actor stops too: at once
-when idle (its job pipe reaches EOF), within one env step mid-episode. While it runs an episode
-the actor sends a heartbeat at most every ``HEARTBEAT_S`` (on env steps, and while it waits for
-the model), so the manager can tell a stalled actor from a slow one.
+when idle (its job pipe reaches EOF), within one env step mid-episode. Ctrl-C and SIGTERM, which reach
+every process of a terminal's or a job's group, are the manager's to act on: an actor ignores them.
+While it runs an episode the actor sends a heartbeat at most every ``HEARTBEAT_S`` (on env steps, and
+while it waits for the model), so the manager can tell a stalled actor from a slow one.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from wam_gym.eval.run_protocol import observed_env
 from wam_gym.eval.tasks import Job
 from wam_gym.remote import PolicyServerLost, RemotePolicy, RemoteSettings
 from wam_gym.results import EpisodeRecord, task_slug
+from wam_gym.utils.stop_signals import ignore_stop_signals
 from wam_gym.utils.video import EpisodeVideo, future_panel, tile
 
 
@@ -246,6 +248,7 @@ def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
     """Process entry point: run jobs (from the ``jobs`` pipe) until ``None``; send each record or
     error on the ``results`` pipe. Returns quietly once the manager is gone."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    ignore_stop_signals()  # a terminal's Ctrl-C or a scheduler's SIGTERM reaches us too: the manager stops us
     actor = _Actor(actor_id, spec, client, Heartbeat(actor_id, results), results.send)
     try:
         while (job := jobs.recv()) is not None:

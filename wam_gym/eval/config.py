@@ -33,8 +33,10 @@ class EvaluationConfig(ModelCallConfig):
     remote_url: str | None = None  # agent=remote: ws://host:port of an openpi or vla-eval policy server
     remote_protocol: str = "openpi"  # agent=remote: openpi | vla-eval
     remote_keys: dict[str, str] = field(default_factory=dict)  # agent=remote: {contract key: wire key} (wam_gym/keymap.py)
-    remote_api_key: str | None = None  # agent=remote: sent as openpi's "Authorization: Api-Key" header
-    remote_timeout_s: float = 300.0  # agent=remote: longest wait for one answer, and for the server to come back
+    remote_api_key: str | None = None  # agent=remote: sent as openpi's "Authorization: Api-Key" header ('': refused)
+    # agent=remote: longest wait for one answer, and for a server lost mid-run to come back (the run's first
+    # connection gives up within seconds: a server never reached is a wrong URL or a server not started)
+    remote_timeout_s: float = 300.0
     # agent=remote: how frames are turned when sent (envs/orientation.py), and said so; null: as the field's drivers
     # for the task's suite turn them (LIBERO: mirrored, as openpi's and vla-eval's LIBERO clients send)
     remote_frames: str | None = None
@@ -114,19 +116,21 @@ class MultirunConfig(ModelWorkersConfig):
 
 RENDER_MODES = ("needed", "every_step")
 SECONDS = "seconds"
+DAY_S = 86400.0  # the longest wait a knob takes: beyond it, a guard is off in disguise (null says "off" where it may be)
 EPISODE_RANGES = {  # every numeric knob EvaluationConfig adds
-    "remote_timeout_s": Range(0, open_low=True, integer=False, note=SECONDS),
-    "num_trials": Range(1, note="episodes per task"),
+    # a budget beyond a day is "wait forever" in disguise: a server lost for good would hold the run
+    "remote_timeout_s": Range(0, DAY_S, open_low=True, integer=False, note=SECONDS),
+    "num_trials": Range(1, 100_000, note="episodes per task"),
     "target_ci_halfwidth": Range(0, 0.5, open_low=True, integer=False, note="e.g. 0.1: +-10 points", null="off"),
     "stop_level": Range(0.5, 1, open_high=True, integer=False, note="e.g. 0.95"),
-    "max_episode_steps": Range(1, null="the suite's limit"),
-    "video_fps": Range(1),
-    "video_stride": Range(1, note="env steps per video frame"),
-    "max_attempts": Range(1, note="tries per episode"),
-    "actor_stall_s": Range(0, open_low=True, integer=False, note=SECONDS, null="off"),
+    "max_episode_steps": Range(1, 1_000_000, null="the suite's limit"),
+    "video_fps": Range(1, 1000),
+    "video_stride": Range(1, 100_000, note="env steps per video frame"),
+    "max_attempts": Range(1, 100, note="tries per episode"),
+    "actor_stall_s": Range(0, DAY_S, open_low=True, integer=False, note=SECONDS, null="off"),
     "latency_ms": Range(0, integer=False, note="milliseconds of simulated time", null="each call's measured time"),
 }
-ACTOR_RANGES = {"env_num_per_worker": Range(1, note="actors per model worker")}
+ACTOR_RANGES = {"env_num_per_worker": Range(1, 1024, note="actors per model worker")}
 # every numeric EVALUATION and MULTIRUN knob (tests/test_config_schema.py holds each field to one)
 EVALUATION_RANGES = {**MODEL_CALL_RANGES, **EPISODE_RANGES}
 MULTIRUN_RANGES = {**MODEL_WORKERS_RANGES, **ACTOR_RANGES}

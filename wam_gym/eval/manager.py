@@ -7,8 +7,9 @@ record yet. An actor that dies has its episode retried on a fresh actor (up to
 batch resent; an episode whose policy server (agent=remote) was lost is rerun from its start,
 also up to ``EVALUATION.max_attempts``. Nothing is counted twice: a record, once written, is never replaced.
 
-Episodes still running when a run stops on an error get ``STOP_GRACE_S`` to finish, and are
-kept. A manager killed outright leaves no half-written record (temp files of interrupted
+Episodes still running when a run stops on an error or Ctrl-C get ``STOP_GRACE_S`` to finish (SIGTERM,
+whose SIGKILL follows soon: ``TERM_GRACE_S``), and are kept; results.json then says what is missing and
+how to resume. A manager killed outright leaves no half-written record (temp files of interrupted
 writes are never counted and are removed by the next run), and its actors stop on their own.
 """
 
@@ -18,6 +19,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import signal
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -50,12 +52,15 @@ from wam_gym.results import (
     write_summary,
 )
 from wam_gym.utils import run_dir
+from wam_gym.utils.stop_signals import Stopped
 
 logger = logging.getLogger(__name__)
 
 
 # Episodes in flight when a run stops (an error, Ctrl-C) get this long to finish; they are kept.
 STOP_GRACE_S = 30.0
+# SIGTERM's (a batch scheduler's time limit): its SIGKILL follows (Slurm: 30 s later), results.json must be written first
+TERM_GRACE_S = 5.0
 # Temp names of wam_gym.utils.publish.atomic_path (".<name>.<random>.tmp", ".<name>.<random>.tmp.mp4" for videos).
 STALE_TEMP_GLOBS = (".*.tmp", f"{EPISODES_DIR}/*/.*.tmp", "videos/*/.*.tmp.mp4")
 
@@ -270,14 +275,14 @@ class EvalManager:
 
     # ----------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
+        if self.config.EVALUATION.agent == "remote":  # the model behind the server is part of what acts
+            try:  # before the output dir is touched: a server never reached costs nothing
+                self.server_model = served_model(RemoteSettings.from_evaluation(self.config.EVALUATION), first=True)
+            except (PolicyServerLost, PolicyServerError) as exc:
+                raise EvalError(f"{exc}; nothing was run") from None
+            self.protocol.record["agent"]["server_model"] = self.server_model
         with run_dir.locked(self.output_dir, run_dir.EVAL_LOCK, knob="EVALUATION.output_dir", what="evaluation",
                             error=OutputDirBusy):  # held until the summary is written
-            if self.config.EVALUATION.agent == "remote":  # the model behind the server is part of what acts
-                try:
-                    self.server_model = served_model(RemoteSettings.from_evaluation(self.config.EVALUATION))
-                except (PolicyServerLost, PolicyServerError) as exc:
-                    raise EvalError(f"{exc}; nothing was run") from None
-                self.protocol.record["agent"]["server_model"] = self.server_model
             self.resume_mismatch = self.protocol.resume(bool(self.store.done()),
                                                         self.config.EVALUATION.allow_resume_mismatch)
             self.store.seed = episode_seed(self.protocol.record)  # records must be the trials they say they are
@@ -293,18 +298,22 @@ class EvalManager:
         logger.info("%d episodes planned, %d already done, %d to run -> %s",
                     len(keys), len(keys) - len(todo), len(todo), self.output_dir)
         start = time.monotonic()
-        error = None
+        error = stopped = None
         try:
             if todo:
                 self._run_jobs(todo, done=len(keys) - len(todo))
         except OutOfSpaceError as exc:
             error = f"{exc.strerror} with EVALUATION.output_dir={self.output_dir}"
             raise EvalError(error) from exc
-        except BaseException as exc:  # Ctrl-C too: results.json says why the run is incomplete
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (wam_gym.utils.stop_signals): say how to resume
+            stopped = Stopped.of(exc)
+        except BaseException as exc:  # results.json says why the run is incomplete
             error = str(exc) if isinstance(exc, EvalError) else f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            summary = self._report(time.monotonic() - start, error)
+            summary = self._report(time.monotonic() - start, error, stopped)
+        if stopped is not None:
+            raise Stopped(stopped.signum, summary["error"]) from None
         return summary
 
     def _remove_stale_temp_files(self) -> None:
@@ -342,6 +351,7 @@ class EvalManager:
         workers = len(broker.devices) if broker else mr.workers_per_gpu * max(1, mr.num_gpus)
         actors = ActorPool(ctx, self._spec(), broker, self.config.EVALUATION.actor_stall_s)
         bar = tqdm(total=len(self.jobs), initial=done, unit="ep", desc=self.config.benchmark, dynamic_ncols=True)
+        grace_s = STOP_GRACE_S
         try:
             for _ in range(min(len(todo), workers * mr.env_num_per_worker)):
                 actors.spawn()
@@ -357,11 +367,15 @@ class EvalManager:
                 self._retry_lost(actors, todo, bar)
                 if broker:
                     broker.check()
+        except Stopped as exc:
+            if exc.signum == signal.SIGTERM:  # a scheduler's SIGKILL follows soon: results.json comes first
+                grace_s = TERM_GRACE_S
+            raise
         finally:
             bar.close()
             if actors.busy():
-                logger.info("stopping: waiting up to %.0f s for the episodes in flight", STOP_GRACE_S)
-            self._keep_finished(actors.stop(STOP_GRACE_S))  # before the broker closes: WAM episodes need it
+                logger.info("stopping: waiting up to %.0f s for the episodes in flight", grace_s)
+            self._keep_finished(actors.stop(grace_s))  # before the broker closes: WAM episodes need it
             self.reruns["actors_stalled"] = actors.stalled
             if broker:
                 self.broker_stats = broker.stats.summary()
@@ -453,10 +467,12 @@ class EvalManager:
         self.reruns["server_lost"] += 1
 
     # ----------------------------------------------------------------- report
-    def _report(self, wall_time_s: float, error: str | None) -> dict[str, Any]:
+    def _report(self, wall_time_s: float, error: str | None, stopped: Stopped | None = None) -> dict[str, Any]:
         # A stopping rule's skipped episodes are not missing: the plan is what ran plus what is still wanted.
         keys = [job.key for job in self.jobs if job.key in self._outcomes or self.stopping.wanted(job.key)]
         summary = summarize(self.store.records(), keys)
+        if stopped is not None:  # Ctrl-C, SIGTERM: what is missing, and how to resume
+            error = f"stopped by {stopped.name}: {self._incomplete(keys) or 'every planned episode has a record'}"
         ev = self.config.EVALUATION
         extra = {
             "benchmark": self.config.benchmark,

@@ -32,6 +32,10 @@ def checkpoint_dir(ckpt: str | None) -> Path:
     if ckpt is None:
         raise ValueError("EVALUATION.agent=wam needs ckpt=<checkpoint dir> (or EVALUATION.agent=expert|random)")
     root = Path(ckpt).expanduser()
+    if root.is_file():  # the config file itself, or a weights file: the checkpoint is the folder
+        folder = f"ckpt={root.parent}" if root.name == CONFIG_FILE else f"the folder holding {CONFIG_FILE}"
+        raise MissingCheckpointError(f"ckpt={ckpt} is a file; pass the checkpoint directory python -m training "
+                                     f"saved ({folder})")
     if not (root / CONFIG_FILE).is_file():
         raise MissingCheckpointError(f"ckpt={ckpt} is not a checkpoint directory (no {CONFIG_FILE}); pass the "
                                      "directory python -m training saved")
@@ -116,6 +120,9 @@ def dataset_stats(ckpt: Path, stats_path: str | None, model) -> Path:
             )
     else:
         path = Path(stats_path).expanduser().resolve()
+        if path.is_dir():  # a dataset's root, say: its statistics are one file in it
+            raise ValueError(f"EVALUATION.dataset_stats_path={stats_path} is a directory: point it at the statistics "
+                             "file, the training dataset's meta/stats.json")
     try:
         normalizer = Normalizer.from_stats_file(path, Normalizer.recorded_mode(ckpt / STATS_FILE))
     except (ValueError, KeyError, TypeError) as exc:  # unreadable JSON, or a file of another kind
@@ -236,6 +243,12 @@ def check_remote(evaluation, tasks, env_kwargs: dict[str, Any]) -> None:
         raise ValueError(f"EVALUATION.remote_url={url!r}: {exc}; write it as ws://host:port") from None
     if parsed.scheme not in ("ws", "wss") or not parsed.hostname:
         raise ValueError(f"EVALUATION.remote_url={url!r}: write it as ws://host:port (or wss://host:port)")
+    if not parsed.port:  # websockets would try port 80 (443): never where a policy server listens by default
+        raise ValueError(f"EVALUATION.remote_url={url!r} names no port: write it as {parsed.scheme}://{parsed.hostname}:PORT "
+                         "(python -m wam_gym.serve listens on SERVE.port, 8000 by default)")
+    if evaluation.remote_api_key is not None and not evaluation.remote_api_key.strip():
+        raise ValueError("EVALUATION.remote_api_key is empty (an environment variable set to ''?): set it to the "
+                         "server's key, or to null to send none")
     if evaluation.remote_protocol not in PROTOCOLS:
         raise ValueError(f"EVALUATION.remote_protocol={evaluation.remote_protocol!r}: choose one of {list(PROTOCOLS)}")
     keys = evaluation.remote_keys or {}

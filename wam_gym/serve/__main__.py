@@ -7,14 +7,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from importlib.metadata import PackageNotFoundError, version
+import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
+from wam_gym.utils.stop_signals import Stopped, stop_on_signals
 
-from wam_gym.utils.cli import fail, run_hydra
+if __name__ == "__main__":  # first: Ctrl-C or SIGTERM while the rest imports ends in one line too (see run)
+    stop_on_signals()
 
 logger = logging.getLogger("wam_gym.serve")
 
@@ -31,6 +30,8 @@ def register_schema() -> None:
 
 def build_server(config):
     """The server for ``config``, every input checked before a model worker starts."""
+    from importlib.metadata import PackageNotFoundError, version
+
     from wam_gym.broker import InferenceBroker
     from wam_gym.eval import preflight
     from wam_gym.policies import policy_factory
@@ -41,6 +42,9 @@ def build_server(config):
     ckpt = stats = None
     if ev.agent == "wam":
         ckpt, model, stats = preflight.wam_checkpoint(config.ckpt, ev)
+        if s.cameras and sorted(s.cameras) != sorted(model.cameras):  # every request would lack one, or carry a stray
+            raise ValueError(f"SERVE.cameras={list(s.cameras)} are not the checkpoint's cameras {list(model.cameras)}: "
+                             "drop SERVE.cameras (the checkpoint's are served), or list exactly those")
         protocol = serve_by_protocol(ev, model.input_convention)
         served = ServedModel(tuple(s.cameras or model.cameras), model.state_dim, model.action_dim, name=ckpt.name,
                              suite=s.suite or model.suite, convention=model.input_convention, protocol=protocol)
@@ -48,6 +52,8 @@ def build_server(config):
         preflight.check_python_policy(ev)
         if not s.cameras:
             raise ValueError("EVALUATION.agent=python needs SERVE.cameras=[...]: the cameras your policy takes, in order")
+        if len(set(s.cameras)) != len(s.cameras) or not all(isinstance(c, str) and c.strip() for c in s.cameras):
+            raise ValueError(f"SERVE.cameras={list(s.cameras)}: name each camera your policy takes once, none empty")
         served = ServedModel(tuple(s.cameras), name=ev.policy, suite=s.suite)  # its sizes: known once it answers
     broker = InferenceBroker(policy_factory(ev, config.MULTIRUN.prompt_cache_size, ckpt, stats), config.MULTIRUN)
     try:
@@ -90,10 +96,15 @@ def served_identity(config, ckpt, stats) -> dict:
             for key, value in identity.items()}
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="serve")
-def main(cfg: DictConfig) -> None:
+def main(cfg) -> None:
+    """The command's body, given the composed config (run() hands it to Hydra)."""
+    import asyncio
+
+    from omegaconf import OmegaConf
+
     from agents.wam.checkpoint import MissingCheckpointError
     from wam_gym.broker import BrokerError
+    from wam_gym.utils.cli import fail
 
     logging.getLogger("wam_gym").setLevel(logging.INFO)
     try:
@@ -103,14 +114,26 @@ def main(cfg: DictConfig) -> None:
         fail(exc)  # these messages name their fix (OSError: the port is taken, say)
 
 
-if __name__ == "__main__":
-    import sys
-
-    from wam_gym.serve.config import refuse_episode_knobs
-
+def run() -> None:
+    """The command. A stop signal before the server's own handlers take over (while it imports, checks its
+    config, binds its port) ends it in one line; from then on it drains and exits 0 (PolicyServer.run)."""
     try:
-        refuse_episode_knobs(sys.argv[1:])
-    except ValueError as exc:
-        fail(exc)
-    register_schema()
-    run_hydra(main, "python -m wam_gym.serve")
+        import hydra
+
+        from wam_gym.serve.config import refuse_episode_knobs
+        from wam_gym.utils.cli import fail, run_hydra
+
+        try:
+            refuse_episode_knobs(sys.argv[1:])
+        except ValueError as exc:
+            fail(exc)
+        register_schema()
+        run_hydra(hydra.main(version_base=None, config_path="../conf", config_name="serve")(main),
+                  "python -m wam_gym.serve")
+    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (wam_gym.utils.stop_signals): stopped as asked, exit 0
+        print(f"wam_gym.serve: stopped by {Stopped.of(exc).name} before serving; no model worker was started",
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    run()

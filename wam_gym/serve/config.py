@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from envs.orientation import check_orientation
 from envs.registry import suite_named
@@ -29,8 +30,9 @@ class ServeSettings:
 
     host: str = "127.0.0.1"  # loopback; another interface (0.0.0.0) only when asked, with a warning
     port: int = 8000  # 0: any free port (the log and the port file name it)
-    port_file: str | None = None  # write the bound port here once serving (scripts and tests read it)
-    api_key: str | None = None  # required as "Authorization: Api-Key <key>" (openpi-client's api_key=); null: none
+    port_file: str | None = None  # write the bound port here once serving (scripts and tests read it); stale one removed
+    # required as "Authorization: Api-Key <key>" (openpi-client's api_key=); null: none (an empty key is refused)
+    api_key: str | None = None
     max_message_mb: float = 64.0  # larger frames close the connection (code 1009)
     max_sessions: int = 256  # concurrent connections; more get HTTP 503
     drain_s: float = 30.0  # on SIGTERM/SIGINT: longest wait for the requests in flight before closing
@@ -48,21 +50,58 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         check_ranges(self, "SERVE", SERVE_RANGES)
+        check_api_key(self.api_key)
+        if not self.host.strip():  # the OS would bind every interface: beyond this machine, by a missing value
+            raise ValueError("SERVE.host is empty, which listens on every interface: set SERVE.host=127.0.0.1 (this "
+                             "machine only, the default) or SERVE.host=0.0.0.0 to serve beyond it on purpose")
+        if self.port_file is not None:
+            check_port_file(self.port_file)
         if self.client_frames != AUTO:
             check_orientation(self.client_frames, "SERVE.client_frames")
         if self.suite is not None:
             suite_named(self.suite, "SERVE.suite")
 
 
+DAY_S = 86400.0  # a wait longer than this is a guard turned off in disguise: null says "off" where a knob has one
 SERVE_RANGES = {  # every numeric SERVE knob
     "port": Range(0, 65535, note="0: any free port"),
-    "max_message_mb": Range(0, open_low=True, integer=False, note="megabytes"),
-    "max_sessions": Range(1, note="concurrent connections"),
-    "drain_s": Range(0, integer=False, note="seconds"),
-    "idle_timeout_s": Range(0, open_low=True, integer=False, note="seconds", null="off"),
-    "ping_interval_s": Range(0, open_low=True, integer=False, note="seconds", null="no pings"),
-    "ping_timeout_s": Range(0, open_low=True, integer=False, note="seconds"),
+    "max_message_mb": Range(0, 1024, open_low=True, integer=False, note="megabytes"),
+    "max_sessions": Range(1, 65536, note="concurrent connections"),
+    "drain_s": Range(0, DAY_S, integer=False, note="seconds; 0: close at once, requests in flight unanswered"),
+    "idle_timeout_s": Range(0, DAY_S, open_low=True, integer=False, note="seconds", null="off"),
+    "ping_interval_s": Range(0, DAY_S, open_low=True, integer=False, note="seconds", null="no pings"),
+    "ping_timeout_s": Range(0, DAY_S, open_low=True, integer=False, note="seconds"),
 }
+
+
+def check_api_key(key: str | None) -> None:
+    """SERVE.api_key: null (no authentication, said in so many words) or a key clients can send in a header.
+    An empty one would turn authentication off in silence (``${oc.env:VAR}`` of a variable set to '')."""
+    if key is None:
+        return
+    if not key.strip():
+        raise ValueError("SERVE.api_key is empty (an environment variable set to ''?), which would serve without "
+                         "authentication: set it to a key, or to null to serve without one on purpose")
+    if key != key.strip() or not key.isprintable():
+        raise ValueError("SERVE.api_key has surrounding whitespace or a control character (a key file's newline?), "
+                         "which no client can send in its header: strip it")
+
+
+def check_port_file(port_file: str) -> None:
+    """SERVE.port_file must be a file the server may write once ready: checked now, not after the model loads.
+    A file already there must be empty (mktemp's) or hold a port (a stale one is removed at start); anything else
+    is the user's, never written over."""
+    path = Path(port_file).expanduser()
+    if not port_file.strip():
+        raise ValueError("SERVE.port_file is empty: name a file (SERVE.port_file=serve.port), or null for none")
+    if path.is_dir():
+        raise ValueError(f"SERVE.port_file={port_file} is a directory: name a file in it (SERVE.port_file={path / 'port'})")
+    if not path.parent.is_dir():
+        raise ValueError(f"SERVE.port_file={port_file}: its folder {path.parent} does not exist; create it, or "
+                         "name a file in an existing folder")
+    if path.exists() and not (path.is_file() and path.stat().st_size <= 16 and _is_port(path.read_bytes())):
+        raise ValueError(f"SERVE.port_file={port_file} exists and holds something other than a port: name a new "
+                         "file (the server writes its port there)")
 
 
 @dataclass
@@ -94,6 +133,10 @@ def refuse_episode_knobs(overrides: list[str], prog: str = "python -m wam_gym.se
                 and knob in _knobs(EvalConfig, group):
             raise ValueError(f"{group}.{knob} is an evaluation knob (episodes, outputs, actors): {prog} runs no "
                              f"episodes and takes only the model-call knobs; drop it (every key: {prog} --cfg job)")
+
+
+def _is_port(text: bytes) -> bool:
+    return not text.strip() or text.strip().isdigit()
 
 
 def _knobs(config_class: type, group: str) -> set[str]:

@@ -51,6 +51,7 @@ from wam_gym.keymap import ORIENTATION_KEY, key_map, to_contract
 from wam_gym.serve.config import LOOPBACK, ServeConfig
 from wam_gym.serve.frames import ClientFrames, FrameSource
 from wam_gym.serve.hello import ServedModel, greeting_metadata, hello_fields, runner_hints
+from wam_gym.utils.publish import atomic_path
 from wam_gym.wire import OPENPI, VLA_EVAL, Message, WireError, as_message, greeting, pack_openpi, unpack
 
 logger = logging.getLogger(__name__)
@@ -205,9 +206,17 @@ class PolicyServer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        async with serve(self._handle, s.host, s.port, process_request=self._http, compression=None,
-                         max_size=int(s.max_message_mb * 2**20), ping_interval=s.ping_interval_s,
-                         ping_timeout=s.ping_timeout_s) as server:
+        if s.port_file:  # a stale port from an earlier run must not be read as this one's (checked: a port or empty)
+            Path(s.port_file).expanduser().unlink(missing_ok=True)
+        try:
+            listening = await serve(self._handle, s.host, s.port, process_request=self._http, compression=None,
+                                    max_size=int(s.max_message_mb * 2**20), ping_interval=s.ping_interval_s,
+                                    ping_timeout=s.ping_timeout_s)
+        except OSError as exc:  # before any model worker starts
+            reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1]  # "address already in use", not the call
+            raise OSError(f"cannot listen on SERVE.host={s.host} SERVE.port={s.port} ({reason}): "
+                          "stop what listens there, or pick another SERVE.port (0: any free one)") from None
+        async with listening as server:
             self.port = server.sockets[0].getsockname()[1]
             logger.info("serving on ws://%s:%d (openpi and vla-eval); loading the model workers", s.host, self.port)
             try:
@@ -217,8 +226,9 @@ class PolicyServer:
                 self.metadata["action_horizon"] = ev.action_horizon or self.broker.action_horizon
                 self.metadata["replan_steps"] = ev.replan_steps or self.metadata["action_horizon"]
                 self.ready.set()
-                if s.port_file:
-                    Path(s.port_file).write_text(f"{self.port}\n")
+                if s.port_file:  # whole or not at all: a reader polling for it never reads half a port
+                    with atomic_path(Path(s.port_file).expanduser()) as tmp:
+                        tmp.write_text(f"{self.port}\n")
                 logger.info("ready: %d model worker(s) on %s", len(self.broker.devices), self.broker.devices)
                 await self._until(stop)
             finally:
