@@ -69,6 +69,11 @@ class PrecomputeConfig:
     max_samples: int | None = None  # caps text-cache generation (VAE caches always cover everything)
 
 
+# Beyond these a value is a typo, and would be found only as a machine out of processes, threads or disk.
+UPPER_BOUNDS = {"num_workers": 256, "dataloader_prefetch_factor": 1024, "dataloader_worker_threads": 256,
+                "keep_checkpoints": 10_000, "seed": 2**31 - 1, "dataset.cache_episodes": 1_000_000}
+
+
 @dataclass
 class TrainConfig(EngineConfig):
     """The whole ``python -m training`` config; the engine knobs (EngineConfig) are its first fields."""
@@ -126,6 +131,14 @@ class TrainConfig(EngineConfig):
                           ("seed", 0)):
             require_int(name, getattr(self, name), low, TrainConfig.__dataclass_fields__[name].default)
         require_int("dataset.cache_episodes", self.dataset.cache_episodes, 0, DatasetConfig.cache_episodes)
+        for name, high in UPPER_BOUNDS.items():
+            value = self.dataset.cache_episodes if name == "dataset.cache_episodes" else getattr(self, name)
+            if value > high:
+                raise ValueError(f"{name}={value} is more than {high}, which no run needs: set {name}=<at most {high}>")
+        for name, value in (("output_dir", self.output_dir), ("dataset.root", self.dataset.root),
+                            ("init_from", self.init_from)):
+            if value is not None and not str(value).strip():  # '' would read and write the working directory
+                raise ValueError(f"{name}='' is empty: give a path (or leave it out for its default)")
         for name in ("dataset.frame_stride", "vae_micro_batch_size"):
             value = self.dataset.frame_stride if name == "dataset.frame_stride" else self.vae_micro_batch_size
             if value is not None:

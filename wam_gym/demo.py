@@ -482,7 +482,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--output {output} is a file: give a folder for the demo's outputs")
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m wam_gym.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default="outputs/demo")
@@ -495,6 +495,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--action-noise", type=float, help="executed-action noise of the demos (default 0.5)")
     parser.add_argument("--world-model", action="store_true",
                         help="then train a world model on several behaviours and rank policies in it (stages 7-10)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         check_args(args)

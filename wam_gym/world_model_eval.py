@@ -350,7 +350,7 @@ def check_tasks(tasks: list[str] | None) -> list[str]:
     return tasks
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m wam_gym.world_model_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-model", required=True, help="a WAM checkpoint (its video prediction is the world)")
     parser.add_argument("--detector", required=True, help="a success detector folder; trained there first if it holds none")
@@ -364,7 +364,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shift", type=float, default=3.0, help="flow shift of every model call (the demo's)")
     parser.add_argument("--output", required=True, help=f"a folder for {', '.join(RESULT_FILES)}")
     parser.add_argument("--overwrite", action="store_true", help="replace the results an earlier run left in --output")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     try:
         specs, tasks = check_args(args)
         run(args, specs, tasks)
