@@ -26,6 +26,8 @@ from wam_gym.utils.publish import DestinationExists
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "fastwam" / "weights.safetensors"
 TINY = ("--inputs", "wam_gym", "--preset", "fastwam_tiny")
+TO_OURS = "to-ours {pt} {out} --inputs wam_gym --preset fastwam_tiny"  # {out}: a new path
+TO_OURS_INTO = "to-ours {pt} {dir} --inputs wam_gym --preset fastwam_tiny"
 HEAD = "mot.mixtures.action.head.weight"
 NORM_K = "mot.mixtures.action.blocks.1.cross_attn.norm_k.weight"
 STATS_FIX = r"pass --stats with their dataset_stats\.json of this checkpoint \(it ships beside their \.pt\)$"
@@ -307,47 +309,46 @@ def fit_vae_into_a_folder(ctx: Ctx):
 
 
 def cases() -> list[Case]:
-    ours = "to-ours {pt} {out} " + " ".join(TINY)
     return [
         # --- The FastWAM converter: the .pt given to to-ours and inspect (issue 50)
-        Case("convert-missing-file", convert(ours, pt=missing_file), ConverterRefused,
+        Case("convert-missing-file", convert(TO_OURS, pt=missing_file), ConverterRefused,
              r"nothing\.pt is not a file; pass their checkpoint \(\.pt\), e\.g\. their LIBERO release's"),
-        Case("convert-a-folder", convert(ours, pt=a_folder), ConverterRefused,
+        Case("convert-a-folder", convert(TO_OURS, pt=a_folder), ConverterRefused,
              r"folder is a directory; pass their checkpoint \(\.pt\)"),
-        Case("convert-empty-file", convert(ours, pt=empty_file), ConverterRefused,
+        Case("convert-empty-file", convert(TO_OURS, pt=empty_file), ConverterRefused,
              r"empty\.pt is not a torch\.save archive \(0 bytes: empty, cut short or another kind of file\); download "
              r"or copy it again$"),
-        Case("convert-truncated-file", convert(ours, pt=truncated_file), ConverterRefused,
+        Case("convert-truncated-file", convert(TO_OURS, pt=truncated_file), ConverterRefused,
              r"their\.pt is not a torch\.save archive \(\d+ bytes: .*\); download or copy it again$"),
-        Case("convert-random-bytes", convert(ours, pt=random_bytes), ConverterRefused,
+        Case("convert-random-bytes", convert(TO_OURS, pt=random_bytes), ConverterRefused,
              r"random\.pt is not a torch\.save archive \(4096 bytes"),
-        Case("convert-code-pickle", convert(ours, pt=code_pickle), ConverterRefused,
+        Case("convert-code-pickle", convert(TO_OURS, pt=code_pickle), ConverterRefused,
              r"their\.pt holds more than tensors and containers, and is not unpickled \(.*GLOBAL .*\); a FastWAM "
              r"checkpoint is a dict of state dicts: re-save it with torch\.save"),
-        Case("convert-no-mot", convert(ours, pt=dit_only), ConverterRefused,
+        Case("convert-no-mot", convert(TO_OURS, pt=dit_only), ConverterRefused,
              r"their\.pt is not a FastWAM checkpoint: it needs a 'mot' entry \(found \['dit'\]\)"),
-        Case("convert-mot-not-a-state-dict", convert(ours, pt=mot_a_tensor), ConverterRefused,
+        Case("convert-mot-not-a-state-dict", convert(TO_OURS, pt=mot_a_tensor), ConverterRefused,
              r"their\.pt: its 'mot' entry is a Tensor, not a state dict; re-save it with torch\.save"),
-        Case("convert-value-not-a-tensor", convert(ours, pt=mot_of_numbers), ConverterRefused,
+        Case("convert-value-not-a-tensor", convert(TO_OURS, pt=mot_of_numbers), ConverterRefused,
              r"their\.pt: mot\.patch_embedding\.weight is a int, not a tensor; it is not a FastWAM checkpoint"),
-        Case("convert-int-weights", convert(ours, pt=int_weights), ConverterRefused,
+        Case("convert-int-weights", convert(TO_OURS, pt=int_weights), ConverterRefused,
              r"their\.pt: mot\.\S+ is torch\.int32, and a FastWAM's weights are floating point; re-save it from the "
              r"trained model"),
-        Case("convert-nan-weights", convert(ours, pt=edited(_nan_head)), ConverterRefused,
+        Case("convert-nan-weights", convert(TO_OURS, pt=edited(_nan_head)), ConverterRefused,
              r"their\.pt: tensor mot\.mixtures\.action\.head\.weight holds 1 NaN or inf value\(s\) of 336; .*convert an "
              r"earlier checkpoint of the run$"),
         Case("inspect-nan-weights", convert("inspect {pt}", pt=edited(_nan_head)), ConverterRefused,
              r"tensor mot\.mixtures\.action\.head\.weight holds 1 NaN or inf"),
-        Case("convert-missing-key", convert(ours, pt=edited(_drop_norm_k)), ConverterRefused,
+        Case("convert-missing-key", convert(TO_OURS, pt=edited(_drop_norm_k)), ConverterRefused,
              r"the checkpoint does not fit fastwam_tiny: action_expert: missing mot\.mixtures\.action\.blocks\.1\.cross_attn"
              r"\.norm_k\.weight; pass the config of the run that wrote it \(--their-config\) or the preset of its size"),
-        Case("convert-extra-key", convert(ours, pt=edited(_add_image_key)), ConverterRefused,
+        Case("convert-extra-key", convert(TO_OURS, pt=edited(_add_image_key)), ConverterRefused,
              r"1 key\(s\) of the checkpoint have no place in FastWAM: mot\.mixtures\.video\.blocks\.0\.cross_attn\.k_img"
              r"\.weight; .*convert the \.pt FastWAM's training wrote$"),
-        Case("convert-wrong-shape", convert(ours, pt=edited(_shrink_norm_k)), ConverterRefused,
+        Case("convert-wrong-shape", convert(TO_OURS, pt=edited(_shrink_norm_k)), ConverterRefused,
              r"action_expert: shape mot\.mixtures\.action\.blocks\.1\.cross_attn\.norm_k\.weight is \(3,\), the model "
              r"needs \(64,\); pass the config"),
-        Case("convert-other-architecture", convert(ours, pt=other_architecture), ConverterRefused,
+        Case("convert-other-architecture", convert(TO_OURS, pt=other_architecture), ConverterRefused,
              r"the checkpoint lacks mot\.mixtures\.video\.patch_embedding\.weight: it is not a FastWAM of theirs .*: pass "
              r"their release or a \.pt their training wrote$"),
         Case("inspect-other-architecture", convert("inspect {pt}", pt=other_architecture), ConverterRefused,
@@ -362,15 +363,15 @@ def cases() -> list[Case]:
              r"folder has no wam_config\.json: it is no checkpoint directory; pass one that "
              r"scripts/convert_fastwam_checkpoint\.py to-ours or python -m training wrote$"),
         # --- The FastWAM converter: what it writes to (issue 50)
-        Case("convert-into-a-folder-of-files", convert(ours.replace("{out}", "{dir}"), pt=release, dir=a_folder),
+        Case("convert-into-a-folder-of-files", convert(TO_OURS_INTO, pt=release, dir=a_folder),
              ConverterRefused,
              r"folder already exists \(a directory holding 1 entry \(notes\.txt\)\) and nothing is written over it: write "
              r"to a new path, or pass --overwrite to replace it$"),
-        Case("convert-over-a-checkpoint", convert(ours.replace("{out}", "{dir}"), pt=release, dir=our_checkpoint),
+        Case("convert-over-a-checkpoint", convert(TO_OURS_INTO, pt=release, dir=our_checkpoint),
              ConverterRefused, r"ours already exists \(a directory holding 4 entries .*pass --overwrite to replace it$"),
-        Case("convert-over-a-file", convert(ours.replace("{out}", "{file}") + " --overwrite", pt=release, file=a_file),
+        Case("convert-over-a-file", convert(TO_OURS_INTO + " --overwrite", pt=release, dir=a_file),
              ConverterRefused, r"notes\.txt is a file, and to-ours writes a directory: name a new directory$"),
-        Case("convert-over-its-own-folder", convert(ours.replace("{out}", "{dir}") + " --overwrite", pt=release,
+        Case("convert-over-its-own-folder", convert(TO_OURS_INTO + " --overwrite", pt=release,
                                                     dir=release_in_folder),
              ConverterRefused, r"holds the input \S+their\.pt, and writing it would delete that: write to another "
                                r"directory$"),
@@ -396,29 +397,29 @@ def cases() -> list[Case]:
              r"ours/action_expert: tensor action_in\.bias holds 1 NaN or inf value\(s\) of 48; a model with them predicts "
              r"NaN: load an earlier checkpoint, or re-save or re-convert this one from a sound source$"),
         # --- The FastWAM converter: statistics and their config (issue 50)
-        Case("convert-stats-missing", convert(ours + " --stats {stats}", pt=release, stats=missing_file),
+        Case("convert-stats-missing", convert(TO_OURS + " --stats {stats}", pt=release, stats=missing_file),
              ConverterRefused, r"nothing\.pt is not a file: " + STATS_FIX),
-        Case("convert-stats-not-json", convert(ours + " --stats {stats}", pt=release, stats=stats("global_min: -1")),
+        Case("convert-stats-not-json", convert(TO_OURS + " --stats {stats}", pt=release, stats=stats("global_min: -1")),
              ConverterRefused, r"stats\.json is not JSON \(Expecting value: line 1 column 1 \(char 0\)\): " + STATS_FIX),
-        Case("convert-stats-a-list", convert(ours + " --stats {stats}", pt=release, stats=stats([1, 2])),
+        Case("convert-stats-a-list", convert(TO_OURS + " --stats {stats}", pt=release, stats=stats([1, 2])),
              ConverterRefused, r"stats\.json holds a JSON list, not a statistics object: " + STATS_FIX),
-        Case("convert-stats-nan", convert(ours + " --stats {stats}", pt=release,
+        Case("convert-stats-nan", convert(TO_OURS + " --stats {stats}", pt=release,
                                           stats=stats(json.dumps(_unit()).replace("-1.0", "NaN", 1))),
              ConverterRefused, r"stats\.json: state\.default\.global_min\[0\] is not a finite number: " + STATS_FIX),
-        Case("convert-stats-wrong-size", convert(ours + " --stats {stats}", pt=release, stats=stats(_unit(14, 14))),
+        Case("convert-stats-wrong-size", convert(TO_OURS + " --stats {stats}", pt=release, stats=stats(_unit(14, 14))),
              ConverterRefused, r"stats\.json: action\.default\.global_min has 14 values and the checkpoint has 7-d actions: "
                                + STATS_FIX),
-        Case("convert-stats-z-score", convert(ours + " --stats {stats}", pt=release, stats=stats(
+        Case("convert-stats-z-score", convert(TO_OURS + " --stats {stats}", pt=release, stats=stats(
             {"observation.state": {"mean": [0.0] * 8, "std": [1.0] * 8}, "action": {"mean": [0.0] * 7, "std": [1.0] * 7}})),
              ConverterRefused, r"stats\.json: normalization is not recorded \(LeRobot's default: the state by mean/std, a "
                                r"z-score\), and FastWAM normalises with min/max \('fastwam_min_max'\): " + STATS_FIX),
-        Case("convert-stats-min-above-max", convert(ours + " --stats {stats}", pt=release, stats=stats(_unit(low=1, high=0))),
+        Case("convert-stats-min-above-max", convert(TO_OURS + " --stats {stats}", pt=release, stats=stats(_unit(low=1, high=0))),
              ConverterRefused, r"stats\.json: state\.default\.global_min exceeds state\.default\.global_max at dimension\(s\) "
                                r"\[0, 1, 2, 3, 4\] \(they would flip the actions\): " + STATS_FIX),
-        Case("convert-stats-no-max", convert(ours + " --stats {stats}", pt=release, stats=stats(
+        Case("convert-stats-no-max", convert(TO_OURS + " --stats {stats}", pt=release, stats=stats(
             {group: {"default": {"global_min": [0.0] * dim}} for group, dim in (("state", 8), ("action", 7))})),
              ConverterRefused, r"stats\.json: state\.default\.global_max is missing, not a list of numbers: " + STATS_FIX),
-        Case("convert-stats-two-beside", convert(ours, pt=two_stats_beside), ConverterRefused,
+        Case("convert-stats-two-beside", convert(TO_OURS, pt=two_stats_beside), ConverterRefused,
              r"holds both their_dataset_stats\.json and dataset_stats\.json beside their\.pt: pass --stats with the one "
              r"of this checkpoint$"),
         Case("convert-their-config-not-yaml", convert("to-ours {pt} {out} --inputs wam_gym --their-config {config}",
