@@ -37,6 +37,11 @@ def _frame(camera: str, ep: int, t: int) -> np.ndarray:
 def v21(tmp_path_factory) -> tuple[Path, dict]:
     """A v2.1 dataset of 3 episodes, 2 cameras; returns it and what it holds."""
     root = tmp_path_factory.mktemp("v21") / "ds"
+    return root, write_v21(root)
+
+
+def write_v21(root: Path) -> dict:
+    """Write a v2.1 dataset of 3 episodes, 2 cameras at ``root``, as LeRobot 2.1 lays it out; returns what it holds."""
     rng = np.random.default_rng(3)
     held = {"state": [], "action": [], "frames": []}
     features = {
@@ -80,7 +85,7 @@ def v21(tmp_path_factory) -> tuple[Path, dict]:
     (root / "meta/tasks.jsonl").write_text("".join(json.dumps({"task_index": i, "task": t}) + "\n"
                                                    for i, t in enumerate(TASKS)))
     (root / "meta/episodes_stats.jsonl").write_text("".join(json.dumps(s) + "\n" for s in stats))
-    return root, held
+    return held
 
 
 @pytest.fixture

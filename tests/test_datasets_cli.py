@@ -217,3 +217,69 @@ def test_a_hugging_face_cache_snapshot_reads_and_its_links_may_not_leave_its_rep
     video.symlink_to(tmp_path / "nowhere.mp4")
     with pytest.raises(DatasetError, match=r"is a link to .*, outside the dataset"):
         LeRobotDataset(snapshot)
+
+
+# ------------------------------------------------------------------ LeRobot's aggregate_datasets of drifted datasets
+def _episode_meta(root: Path, edit) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    edit(columns)
+    pq.write_table(pa.table({n: pa.array(v, table.schema.field(n).type) for n, v in columns.items()}), path)
+
+
+def aggregated(root: Path, fps: float = 40, meta_shift_s: float = -0.009766, video_shift_s: float = -0.009766) -> Path:
+    """A dataset as LeRobot's aggregate_datasets leaves two joined drifted ones: episode 1 (of 0..2, one file per
+    camera) starts off the frame grid in meta/episodes (52.215234 s for 52.225 s), its file's frames from there on
+    ``video_shift_s`` off too. Every frame a flat grey of its own: 20 + 9 x its place in the file."""
+    from tests.test_timeline import drift
+
+    grey = iter(range(20, 256, 9))
+    with DatasetWriter(root, fps, ("corner",)) as writer:
+        for length in (6, 7, 5):
+            for _ in range(length):
+                writer.add_frame({"corner": np.full((16, 16, 3), next(grey), np.uint8)}, np.zeros(2), np.zeros(2), "hold")
+            writer.save_episode()
+    drift(root / "videos/observation.images.corner/chunk-000/file-000.mp4", 6, -video_shift_s, fps=fps)
+    key = "videos/observation.images.corner"
+
+    def shift(columns) -> None:
+        for end in ("from_timestamp", "to_timestamp"):
+            columns[f"{key}/{end}"][1] += meta_shift_s
+
+    _episode_meta(root, shift)
+    return root
+
+
+def test_the_repair_check_names_for_an_aggregated_dataset_repairs_it(tmp_path):
+    """check refuses a start off the frame grid naming convert SRC SRC-exact; that convert takes the start at the
+    frame the file's timestamps put within half a frame of it, and its output passes check, every frame in place."""
+    src = aggregated(tmp_path / "joined")
+    with pytest.raises(DatasetError, match=rf"episode 1's videos/observation.images.corner/from_timestamp 0.140234 s is not "
+                                           rf"a frame's time .* repair the dataset with: python -m training.datasets "
+                                           rf"convert {src} {src}-exact$"):
+        check(src)
+    summary = convert(src, tmp_path / "joined-exact")
+    assert summary["timeline"]["starts"].startswith("episodes 1 started off the frame grid in meta/episodes")
+    assert check(tmp_path / "joined-exact")[-1].startswith("video corner: 18 frames in 1 file(s) decode")
+    repaired = LeRobotDataset(tmp_path / "joined-exact")
+    greys = np.concatenate([repaired.episode_frames(ep, "corner").mean(axis=(1, 2, 3)) for ep in range(3)])
+    np.testing.assert_allclose(greys, 20 + 9 * np.arange(18), atol=3.0)
+
+    exact_video = aggregated(tmp_path / "meta-only", video_shift_s=0.0)  # the file on the grid, its record off it
+    convert(exact_video, tmp_path / "meta-only-exact")
+    assert check(tmp_path / "meta-only-exact")
+
+
+def test_a_start_the_file_does_not_confirm_is_refused_saying_why(tmp_path):
+    """The record 9.8 ms early, the file's frames 9.8 ms late: 19.6 ms apart, more than half a frame at 40 fps."""
+    src = aggregated(tmp_path / "joined", video_shift_s=0.009766)
+    with pytest.raises(DatasetError, match=r"file-000.mp4: episode 1's from_timestamp 0.140234 s in meta/episodes is off "
+                                           r"the frame grid, and the file's frame nearest it on the grid \(frame 6, "
+                                           r"0.150000 s\) is at 0.159\d+ s, 19.\d ms from it, more than half a frame "
+                                           r"\(12.5 ms\): which frame begins the episode cannot be told"):
+        convert(src, tmp_path / "joined-exact")
+    assert not (tmp_path / "joined-exact").exists()

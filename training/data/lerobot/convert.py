@@ -286,7 +286,7 @@ class _V21:
         path = self._path("data_path", ep)
         if not path.is_file():
             raise DatasetError(f"episode {ep}: its data file {path.relative_to(self.root)} is missing")
-        table = read_table(path, f"episode {ep}: {validate.FIX_AT_SOURCE}")
+        table = read_table(path, validate.FIX_AT_SOURCE)
         schema.check_columns(table, {"task_index": schema.INTEGER, "frame_index": schema.INTEGER,
                                      "timestamp": schema.NUMBER}, path, validate.FIX_AT_SOURCE)
         length = self.lengths[ep]

@@ -100,11 +100,12 @@ def _refuse(where: object, field: str, value: object, wanted: str, test: Callabl
                         "dataset again")
 
 
-def check_fields(values: Mapping[str, Any], rules: Mapping[str, Rule], where: object, prefix: str = "") -> None:
-    """Each field of ``values`` that ``rules`` names, against its rule (absent fields are the caller's)."""
+def check_fields(values: Mapping[str, Any], rules: Mapping[str, Rule], where: object, field: str = "{}") -> None:
+    """Each field of ``values`` that ``rules`` names, against its rule (absent fields are the caller's); ``field``
+    formats a field's name for the message (``"features['action'].{}"``)."""
     for name, (test, wanted) in rules.items():
         if name in values and not test(values[name]):
-            raise _refuse(where, f"{prefix}{name!r}" if prefix else repr(name), values[name], wanted, test)
+            raise _refuse(where, field.replace("{}", name), values[name], wanted, test)
 
 
 # ----------------------------------------------------------------------------- meta/info.json
@@ -124,10 +125,10 @@ def load_info(path: Path, required: Sequence[str], fix: str) -> dict[str, Any]:
     for key, feature in info.get("features", {}).items():
         if not isinstance(feature, dict):
             raise _refuse(path, f"features[{key!r}]", feature, "an object with dtype and shape")
-        check_fields(feature, FEATURE_FIELDS, path, f"features[{key!r}].")
+        check_fields(feature, FEATURE_FIELDS, path, f"features[{key!r}].{{}}")
         if "dtype" not in feature:
             raise DatasetError(f"{path}: features[{key!r}] has no dtype; {fix}")
-        check_fields(feature.get("info") or {}, FEATURE_INFO_FIELDS, path, f"features[{key!r}].info.")
+        check_fields(feature.get("info") or {}, FEATURE_INFO_FIELDS, path, f"features[{key!r}].info['{{}}']")
     suites = (info.get("wam_gym") or {}).get("suites")
     if suites is not None and not (isinstance(suites, list) and all(_text(s) for s in suites)):
         raise _refuse(path, "wam_gym.suites", suites, "a list of suite names")

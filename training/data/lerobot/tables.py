@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from training.data.lerobot.layout import DatasetError
+from training.data.lerobot.validate import FIX_AT_SOURCE
 from wam_gym.utils.publish import atomic_write
 
 
@@ -29,8 +30,9 @@ def read_table(path: Path, fix: str) -> pa.Table:
     try:
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:  # ArrowInvalid for a damaged file, OSError for an unreadable one
-        raise DatasetError(f"{path} is not a readable parquet file ({str(exc).splitlines()[0]}); the file is damaged "
-                           f"or truncated: {fix}") from None
+        reason = str(exc).splitlines()[0].split("': ")[-1]  # pyarrow's, less the path it repeats
+        raise DatasetError(f"{path} is not a readable parquet file ({reason}); the file is damaged or truncated: "
+                           f"{fix}") from None
 
 
 def column_matrix(table: pa.Table, name: str, where: object = "the data file") -> np.ndarray:
@@ -40,10 +42,11 @@ def column_matrix(table: pa.Table, name: str, where: object = "the data file") -
     numeric = pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
     nested = pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type)
     if not (numeric or (nested and (pa.types.is_integer(col.type.value_type) or pa.types.is_floating(col.type.value_type)))):
-        raise DatasetError(f"{where}: column {name!r} holds {col.type}, not numbers or lists of numbers")
+        raise DatasetError(f"{where}: column {name!r} holds {col.type}, not numbers or lists of numbers; {FIX_AT_SOURCE}")
     if col.null_count:
         row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetError(f"{where}: column {name!r} row {row} is empty (null); every frame needs its {name}")
+        raise DatasetError(f"{where}: column {name!r} row {row} is empty (null); every frame needs its {name}: "
+                           f"{FIX_AT_SOURCE}")
     if numeric:
         return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, 1)
     lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
@@ -51,7 +54,7 @@ def column_matrix(table: pa.Table, name: str, where: object = "the data file") -
     if len(ragged):
         row = int(ragged[0])
         raise DatasetError(f"{where}: column {name!r} row {row} holds {lengths[row]} values, row 0 {lengths[0]}: every "
-                           f"frame's {name} must have the same length ({len(ragged)} rows differ)")
+                           f"frame's {name} must have the same length ({len(ragged)} rows differ): {FIX_AT_SOURCE}")
     flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
     return flat.reshape(len(col), -1) if len(col) else flat.reshape(0, 0)
 

@@ -29,7 +29,7 @@ def path_in(root: Path, template: str, what: str, **fields: int | str) -> Path:
         relative = template.format(**fields)
     except (KeyError, IndexError, ValueError) as exc:  # a field this layout does not have, a bad format spec
         raise DatasetError(f"{root}: meta/info.json's {what} {template!r} does not format with {sorted(fields)} ({exc!r}); "
-                           f"a template such as {_EXAMPLES.get(what, _EXAMPLES['data_path'])!r}") from None
+                           f"set it to a template such as {_EXAMPLES.get(what, _EXAMPLES['data_path'])!r}") from None
     if Path(relative).is_absolute() or os.path.normpath(relative).split(os.sep)[0] == os.pardir:
         raise DatasetError(f"{root}: meta/info.json's {what} {template!r} names {relative!r}, which is outside the "
                            "dataset; a dataset's files must lie under its root (a template such as "
