@@ -243,8 +243,9 @@ def check_remote(evaluation, tasks, env_kwargs: dict[str, Any]) -> None:
         raise ValueError(f"EVALUATION.remote_url={url!r}: {exc}; write it as ws://host:port") from None
     if parsed.scheme not in ("ws", "wss") or not parsed.hostname:
         raise ValueError(f"EVALUATION.remote_url={url!r}: write it as ws://host:port (or wss://host:port)")
-    if not parsed.port:  # websockets would try port 80 (443): never where a policy server listens by default
-        raise ValueError(f"EVALUATION.remote_url={url!r} names no port: write it as {parsed.scheme}://{parsed.hostname}:PORT "
+    if not parsed.port:  # none: websockets would try port 80 (443), never where a policy server listens by default
+        said = "names no port" if parsed.port is None else "names port 0, which no server listens on"
+        raise ValueError(f"EVALUATION.remote_url={url!r} {said}: write it as {parsed.scheme}://{parsed.hostname}:PORT "
                          "(python -m wam_gym.serve listens on SERVE.port, 8000 by default)")
     if evaluation.remote_api_key is not None and not evaluation.remote_api_key.strip():
         raise ValueError("EVALUATION.remote_api_key is empty (an environment variable set to ''?): set it to the "
