@@ -231,11 +231,12 @@ def test_every_numeric_knob_has_a_range(group):
 
 
 @pytest.mark.parametrize("group, knob, value, message", [
-    ("EVALUATION", "actor_stall_s", 0, r"EVALUATION\.actor_stall_s must be > 0 \(seconds\) or null \(off\), got 0"),
-    ("MULTIRUN", "max_worker_restarts", -1, r"MULTIRUN\.max_worker_restarts must be >= 0 .*, got -1"),
+    ("EVALUATION", "actor_stall_s", 0, r"EVALUATION\.actor_stall_s must be in \(0, 86400\] \(seconds\) or null \(off\), got 0"),
+    ("MULTIRUN", "max_worker_restarts", -1, r"MULTIRUN\.max_worker_restarts must be in \[0, 10000\] .*, got -1"),
     ("MULTIRUN", "startup_timeout_s", 0.0, r"MULTIRUN\.startup_timeout_s must be > 0 \(seconds\), got 0\.0"),
     ("MULTIRUN", "inference_batch_wait_ms", float("nan"), r"inference_batch_wait_ms must be >= 0 .*, got nan"),
-    ("SERVE", "max_sessions", 0, r"SERVE\.max_sessions must be >= 1 \(concurrent connections\), got 0"),
+    ("SERVE", "max_sessions", 0, r"SERVE\.max_sessions must be in \[1, 65536\] \(concurrent connections\), got 0"),
+    ("MULTIRUN", "env_num_per_worker", 10**6, r"MULTIRUN\.env_num_per_worker must be in \[1, 1024\] .*, got 1000000"),
 ])
 def test_a_knob_out_of_range_is_refused_naming_its_range(group, knob, value, message):
     cls = _range_tables()[group][0]
