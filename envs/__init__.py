@@ -35,6 +35,26 @@ def make(env_id: str, **kwargs: Any):
     return gymnasium.make(env_id, **kwargs)
 
 
+MAX_NUM_ENVS = 1024  # copies of one env in one vector: more is a typo (each holds a simulator and its GL context)
+MAKE_KEYWORDS = ("max_episode_steps", "disable_env_checker")  # gymnasium.make's own keywords, not the env's
+
+
+def _check_vector_args(env_id: str, num_envs: int, mode: str, context: str, kwargs: dict[str, Any]) -> None:
+    """Here, not in each async worker (whose error would come back as a worker's traceback)."""
+    from envs.kwargs import CheckedEntry, check_kwargs
+
+    suite = suite_of(env_id)
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not 1 <= num_envs <= MAX_NUM_ENVS:
+        raise ValueError(f"num_envs={num_envs!r}: give an int in [1, {MAX_NUM_ENVS}]")
+    if mode not in ("async", "sync"):
+        raise ValueError(f"vectorization_mode={mode!r}: choose 'async' (a process per env) or 'sync' (one process)")
+    if mode == "async" and context not in ("forkserver", "spawn"):
+        raise ValueError(f"context={context!r}: choose 'forkserver' (the default) or 'spawn'; a forked worker "
+                         "inherits its parent's GL context and renders garbage or crashes")
+    env_kwargs = {k: v for k, v in kwargs.items() if k not in MAKE_KEYWORDS}
+    check_kwargs(CheckedEntry(suite.entry_point, env_id).env_class(), env_kwargs, env_id)
+
+
 def make_vec(
     env_id: str,
     num_envs: int,
@@ -52,7 +72,7 @@ def make_vec(
     import gymnasium
     from gymnasium.vector import AutoresetMode
 
-    suite_of(env_id)
+    _check_vector_args(env_id, num_envs, vectorization_mode, context, kwargs)
     register_envs()
     mode = AutoresetMode.NEXT_STEP if autoreset else AutoresetMode.DISABLED
     vector_kwargs: dict[str, Any] = {"autoreset_mode": mode}

@@ -55,6 +55,27 @@ def huge_image(ctx: Ctx):
     _make(image_size=100_000)
 
 
+def vector_kwarg_string(ctx: Ctx):
+    """``envs.make_vec(ID, 2, lazy_pixels="no")``: refused here, not in each async worker."""
+    import envs
+
+    envs.make_vec(MW, 2, lazy_pixels="no")
+
+
+def vector_zero_envs(ctx: Ctx):
+    """``envs.make_vec(ID, 0)``."""
+    import envs
+
+    envs.make_vec(MW, 0)
+
+
+def vector_forked(ctx: Ctx):
+    """``envs.make_vec(ID, 2, context="fork")``: the guard against forking a GL context, turned off."""
+    import envs
+
+    envs.make_vec(MW, 2, context="fork")
+
+
 def _run_pair(ctx: Ctx, protocol: dict):
     """Two runs with the same hand-edited protocol.json, compared."""
     from wam_gym.compare import compare
@@ -113,6 +134,12 @@ def cases() -> list[Case]:
         Case("env-image-size-huge", huge_image, ValueError,
              r"image_size must be a positive int or \(height, width\), got 100000: give sides in \[1, 4096\] pixels",
              needs="metaworld"),
+        # --- vector envs: checked in the calling process
+        Case("vector-env-kwarg-string", vector_kwarg_string, EnvKwargError,
+             r"lazy_pixels='no' is a str, not a bool: pass lazy_pixels=True or lazy_pixels=False"),
+        Case("vector-env-zero-envs", vector_zero_envs, ValueError, r"^num_envs=0: give an int in \[1, 1024\]"),
+        Case("vector-env-forked", vector_forked, ValueError,
+             r"^context='fork': choose 'forkserver' \(the default\) or 'spawn'; a forked worker inherits its parent's GL"),
         # --- run files, checked where they are read
         Case("protocol-tasks-not-a-dict", protocol_tasks_list, ValueError,
              r"protocol\.json: field protocol\.tasks is \[\] \(list\), not a dict" + fix_protocol),
