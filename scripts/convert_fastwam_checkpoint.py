@@ -97,6 +97,28 @@ def architecture(args: argparse.Namespace) -> TheirArchitecture:
     return TheirArchitecture(args.inputs, read_their_config(their) if their else None, args.preset, given)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (heads, frames, tokens, pixels)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (a flow shift)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a finite number above 0")
+    return value
+
+
 def _to_ours_parser(sub) -> None:
     ours = sub.add_parser("to-ours", help="their .pt -> our checkpoint directory")
     ours.add_argument("source", type=Path)
@@ -108,12 +130,13 @@ def _to_ours_parser(sub) -> None:
                         help="the config.yaml its run wrote (default: one beside the .pt or up to three folders above it)")
     source.add_argument("--preset", default=None, choices=sorted(PRESETS),
                         help="a preset it is the size of, for what its shapes do not tell (fastwam: their LIBERO release)")
-    ours.add_argument("--heads", type=int, help="attention heads (their num_heads)")
-    ours.add_argument("--num-frames", type=int, help="their data.train.num_frames: the actions of a chunk + 1")
-    ours.add_argument("--action-video-freq-ratio", type=int, help="their data.train.action_video_freq_ratio")
-    ours.add_argument("--text-tokens", type=int, help="instruction tokens (their tokenizer_max_len)")
-    ours.add_argument("--shifts", type=float, nargs=2, metavar=("VIDEO", "ACTION"), help="flow shifts (train and inference)")
-    ours.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="per camera")
+    ours.add_argument("--heads", type=positive_int, help="attention heads (their num_heads)")
+    ours.add_argument("--num-frames", type=positive_int, help="their data.train.num_frames: the actions of a chunk + 1")
+    ours.add_argument("--action-video-freq-ratio", type=positive_int, help="their data.train.action_video_freq_ratio")
+    ours.add_argument("--text-tokens", type=positive_int, help="instruction tokens (their tokenizer_max_len)")
+    ours.add_argument("--shifts", type=positive_float, nargs=2, metavar=("VIDEO", "ACTION"),
+                      help="flow shifts (train and inference)")
+    ours.add_argument("--image-size", type=positive_int, nargs=2, metavar=("H", "W"), help="per camera")
     ours.add_argument("--cameras", nargs="+", help="env cameras, tiled left to right (default: the convention's)")
     ours.add_argument("--stats", type=Path, default=None,
                       help="their dataset_stats.json (default: <name>_dataset_stats.json or dataset_stats.json beside the .pt)")

@@ -426,6 +426,10 @@ def cases() -> list[Case]:
                                                       pt=release, config=bad_yaml), ConverterRefused,
              r"config\.yaml is not a readable YAML config \(.*\); pass the config\.yaml their training wrote into the "
              r"run's output_dir$"),
+        Case("convert-zero-text-tokens", convert(TO_OURS + " --text-tokens 0", pt=release), ConverterRefused,
+             r"argument --text-tokens: 0 must be at least 1$"),
+        Case("convert-nan-shift", convert("to-ours {pt} {out} --inputs wam_gym --shifts nan 5", pt=release),
+             ConverterRefused, r"argument --shifts: nan must be a finite number above 0$"),
         # --- Weights holding NaN or inf, at load (issue 50)
         Case("load-fastwam-nan-weights", load_nan_fastwam, NonFiniteWeightsError,
              r"ours/action_expert: tensor action_in\.bias holds 1 NaN or inf value\(s\) of 48; a model with them predicts "
