@@ -79,6 +79,8 @@ ROWS = [
     row("wm-eval-missing-world-model", "wam_gym.world_model_eval", "--world-model", "{missing}", "--detector", "d",
         "--output", "o", "--policy", "expert", "--policy", "random"),
     row("wm-eval-unknown-flag", "wam_gym.world_model_eval", "--trails", "3"),
+    row("wm-eval-empty-output", "wam_gym.world_model_eval", "--world-model", "{dir}", "--detector", "d", "--output", "",
+        "--policy", "expert", "--policy", "random"),
     # --- python -m wam_gym.compare
     row("compare-missing-run", "wam_gym.compare", "{missing}", "{missing}"),
     row("compare-run-is-a-file", "wam_gym.compare", "{file}", "{file}"),
@@ -95,11 +97,14 @@ ROWS = [
     row("demo-zero-trials", "wam_gym.demo", "--trials", "0"),
     row("demo-output-is-a-file", "wam_gym.demo", "--output", "{file}"),
     row("demo-unknown-flag", "wam_gym.demo", "--quik"),
+    row("demo-empty-output", "wam_gym.demo", "--output", ""),
     # --- python -m training
     row("train-unknown-knob", "training", "task=metaworld_tiny", "max_stepz=3"),
     row("train-zero-steps", "training", "task=metaworld_tiny", "max_steps=0"),
     row("train-missing-dataset", "training", "task=metaworld_tiny", "dataset.root={missing}"),
     row("train-dataset-is-a-file", "training", "task=metaworld_tiny", "dataset.root={file}"),
+    row("train-empty-output-dir", "training", "task=metaworld_tiny", "output_dir="),
+    row("train-huge-workers", "training", "task=metaworld_tiny", "num_workers=100000"),
     # --- python -m training.datasets
     row("datasets-check-missing", "training.datasets", "check", "{missing}"),
     row("datasets-info-file", "training.datasets", "info", "{file}"),

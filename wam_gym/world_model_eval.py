@@ -284,6 +284,9 @@ def check_args(args: argparse.Namespace) -> tuple[list[PolicySpec], list[str]]:
             raise ValueError(f"--{name.replace('_', '-')} {value}: give an integer in [{low}, {high}]{why}")
     if not (math.isfinite(args.shift) and args.shift > 0):
         raise ValueError(f"--shift {args.shift}: give a finite number > 0 (the demo's is 3.0)")
+    for flag in ("world_model", "detector", "output"):
+        if not getattr(args, flag).strip():  # '' is the working directory: results and a detector written there
+            raise ValueError(f"--{flag.replace('_', '-')} '': give a path")
     specs = [PolicySpec.parse(p) for p in args.policy]
     if len({s.name for s in specs}) < 2:
         raise ValueError("--policy: give two or more different policies (a correlation ranks them)")

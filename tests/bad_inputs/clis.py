@@ -37,6 +37,13 @@ def wm_eval_unimportable_policy(ctx: Ctx):
     _world_model_eval(ctx, "--policy", "expert", "--policy", "python=no_such_module:make")
 
 
+def wm_eval_empty_detector(ctx: Ctx):
+    """``--detector ''``: the working directory, where a detector would be trained."""
+    from wam_gym.world_model_eval import build_parser, check_args
+
+    check_args(build_parser().parse_args(["--world-model", "ckpt", "--detector", "", "--output", "o", *TWO_POLICIES]))
+
+
 def wm_eval_detector_is_a_file(ctx: Ctx):
     """``--detector`` names a file."""
     (ctx.tmp / "det").write_text("not a folder")
@@ -131,6 +138,7 @@ def cases() -> list[Case]:
         Case("wm-eval-unimportable-policy", wm_eval_unimportable_policy, ValueError,
              r"^--policy python=no_such_module:make: cannot import no_such_module .*install it or put its folder on "
              r"PYTHONPATH"),
+        Case("wm-eval-empty-detector", wm_eval_empty_detector, ValueError, r"^--detector '': give a path"),
         Case("wm-eval-detector-is-a-file", wm_eval_detector_is_a_file, ValueError,
              r"--detector \S+ is a file: pass a folder"),
         Case("wm-eval-missing-wam-policy", wm_eval_missing_wam_policy, FileNotFoundError,
