@@ -364,7 +364,7 @@ def test_env_error_stops_the_run_keeps_finished_episodes_and_resumes(tmp_path):
         ({"tasks": ["metaworld_mt11"]}, ValueError, r"unknown task set 'metaworld_mt11'; known sets: .*metaworld_mt10"),
         ({"tasks": ["wam_gym/MetaWorld-reahc-v3"]}, UnknownEnvError, r"Did you mean wam_gym/MetaWorld-reach-v3"),
         ({"tasks": [f"{REACH}:x"]}, ValueError, r"the part after ':' is a task index"),
-        ({"trials": 0}, ValueError, r"EVALUATION.num_trials must be >= 1"),
+        ({"trials": 0}, ValueError, r"EVALUATION.num_trials must be in \[1, 100000\] \(episodes per task\), got 0"),
     ],
     ids=["wam-without-ckpt", "missing-ckpt-dir", "unknown-agent", "unknown-task-set", "unknown-env-id",
          "bad-task-index", "zero-trials"],
