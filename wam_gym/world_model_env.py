@@ -123,7 +123,10 @@ class WorldModelEnv(gym.Env):
                 f"num_future_frames * frame_stride = {self.steps_per_call} must be in 1..action_horizon="
                 f"{cfg.action_horizon}: the model imagines frames only as far as its action chunk reaches"
             )
-        self._sampling = (int(num_inference_steps), sampler, float(shift))
+        from agents.wam.inference_config import InferenceConfig
+
+        InferenceConfig.from_knobs(num_inference_steps=num_inference_steps, sampler=sampler, shift=shift)  # now, not
+        self._sampling = (int(num_inference_steps), sampler, float(shift))  # at the first reset, when the model loads
         self._predictor = predictor
         self.cameras = tuple(cfg.cameras)
         height, width = cfg.image_size

@@ -50,6 +50,11 @@ def world_model_checkpoint_int(ctx: Ctx):
     _make("wam_gym/WorldModel-v0", checkpoint=5, dataset="d")
 
 
+def world_model_zero_steps(ctx: Ctx):
+    """``gymnasium.make("wam_gym/WorldModel-v0", ..., num_inference_steps=0)``: refused at the first reset, once."""
+    _make("wam_gym/WorldModel-v0", checkpoint=str(ctx.shared.ckpt), start_from=MW, num_inference_steps=0)
+
+
 def huge_image(ctx: Ctx):
     """``image_size=100000``: a camera buffer of 10^10 pixels."""
     _make(image_size=100_000)
@@ -131,6 +136,8 @@ def cases() -> list[Case]:
              r"^wam_gym/MetaWorld-reach-v3 takes no keyword 'lazy_pixel': did you mean lazy_pixels\?", needs="metaworld"),
         Case("env-kwarg-world-model-checkpoint", world_model_checkpoint_int, EnvKwargError,
              r"^wam_gym/WorldModel-v0: checkpoint=5 is an int, not a str or None: pass a str or None"),
+        Case("env-world-model-zero-steps", world_model_zero_steps, ValueError,
+             r"^num_inference_steps must be an int >= 1, got 0", needs="metaworld"),
         Case("env-image-size-huge", huge_image, ValueError,
              r"image_size must be a positive int or \(height, width\), got 100000: give sides in \[1, 4096\] pixels",
              needs="metaworld"),
