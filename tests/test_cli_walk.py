@@ -9,9 +9,6 @@ starts, so each row takes the seconds of its imports (two run at a time; the who
 ``test_every_entry_point_is_walked`` finds the entry points (``__main__.py`` modules and files with
 ``if __name__ == "__main__":`` under wam_gym/, training/ and scripts/) and requires a row for each, and
 one for each subcommand, except the developer scripts in ``EXEMPT``, each with the reason.
-
-A row whose area's fix is pending is ``xfail(strict=True)`` naming the area: once that area refuses the
-input as it should, the row passes, strict xfail fails, and its mark is removed.
 """
 
 from __future__ import annotations
@@ -39,16 +36,12 @@ class Row:
     id: str
     entry: str  # a module (``python -m entry``) or a script path relative to the repository (``python entry``)
     args: tuple[str, ...]  # {file} a text file, {dir} an empty folder, {missing} no such path, {busy_port} a bound port
-    pending: str | None = None  # the area whose fix is pending: the row is xfail(strict=True) until it lands
 
 
-def row(id_: str, entry: str, *args: str, pending: str | None = None) -> Row:
-    return Row(id_, entry, args, pending)
+def row(id_: str, entry: str, *args: str) -> Row:
+    return Row(id_, entry, args)
 
 
-SERVE_AREA = "serve/eval (wam_gym.serve, wam_gym.eval)"
-CONVERTER_AREA = "converter (scripts/convert_fastwam_checkpoint.py)"
-DATASETS_AREA = "datasets (training.datasets, training.collect)"
 WAM = "EVALUATION.agent=wam"
 PY_POLICY = ("EVALUATION.agent=python", "EVALUATION.policy=tests.example_policy:make_policy")
 
@@ -59,8 +52,7 @@ ROWS = [
     row("eval-huge-trials", "wam_gym.eval", "EVALUATION.num_trials=1000000000"),
     row("eval-missing-ckpt", "wam_gym.eval", WAM, "ckpt={missing}"),
     row("eval-ckpt-is-a-file", "wam_gym.eval", WAM, "ckpt={file}"),
-    row("eval-empty-output-dir", "wam_gym.eval", "EVALUATION.agent=random", "EVALUATION.output_dir=",
-        pending=SERVE_AREA),  # runs its episodes into the working directory
+    row("eval-empty-output-dir", "wam_gym.eval", "EVALUATION.agent=random", "EVALUATION.output_dir="),
     row("eval-remote-url-without-port", "wam_gym.eval", "EVALUATION.agent=remote", "EVALUATION.remote_url=ws://localhost"),
     # --- python -m wam_gym.serve
     row("serve-unknown-knob", "wam_gym.serve", "SERVE.prot=8000"),
@@ -197,13 +189,8 @@ def walk(tmp_path_factory) -> dict[str, SimpleNamespace]:
         busy.close()
 
 
-def _param(r: Row):
-    marks = [pytest.mark.xfail(strict=True, reason=f"pending in {r.pending}")] if r.pending else []
-    return pytest.param(r, id=r.id, marks=marks)
-
-
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("r", [_param(r) for r in ROWS])
+@pytest.mark.parametrize("r", [pytest.param(r, id=r.id) for r in ROWS])
 def test_a_bad_input_is_refused_in_one_line_before_any_work(r: Row, walk):
     run = walk[r.id]
     tail = run.stderr[-2000:]

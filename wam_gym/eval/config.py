@@ -86,6 +86,9 @@ class EvaluationConfig(ModelCallConfig):
         if self.render not in RENDER_MODES:
             raise ValueError(f"EVALUATION.render={self.render!r}: choose one of {', '.join(RENDER_MODES)}")
         check_ranges(self, "EVALUATION", EPISODE_RANGES)
+        for name, value in (("output_dir", self.output_dir), ("compare_to", self.compare_to)):
+            if value is not None and not str(value).strip():  # '' would write into (or compare with) the working directory
+                raise ValueError(f"EVALUATION.{name}='' is empty: give a path (or leave it out for its default)")
         if self.remote_frames is not None:
             check_orientation(self.remote_frames, "EVALUATION.remote_frames")
         protocols.named(self.protocol)  # a known name (what it fixes is applied by EvalConfig, which has env_kwargs)
