@@ -188,35 +188,8 @@ class LeRobotDataset:
         data["state"] = data["state"].astype(np.float32, copy=False)
         data["action"] = data["action"].astype(np.float32, copy=False)
         self._data = data
-        self._check_spans()
+        validate.episode_spans(self._meta, self._data, self.root)
         self._check_rows()
-
-    def _check_spans(self) -> None:
-        """Each episode's rows (``dataset_from_index`` to ``dataset_to_index`` in meta/episodes) follow the one
-        before, are as many as its ``length``, and say so themselves: ``episode_index`` the episode's, ``frame_index``
-        0, 1, ... A row in another episode's span trains on the wrong instruction, or across two episodes."""
-        meta, data, where = self._meta, self._data, f"{self.root}: meta/episodes"
-        lo, hi, length = (meta[k].astype(np.int64) for k in ("dataset_from_index", "dataset_to_index", "length"))
-        ends = np.concatenate([[0], hi[:-1]])
-        for ep in range(self.num_episodes):
-            if lo[ep] != ends[ep] or hi[ep] - lo[ep] != length[ep] or hi[ep] > self.num_frames:
-                after = f"episode {ep - 1}'s end ({ends[ep]})" if ep else "0"
-                raise DatasetError(f"{where}: episode {ep}'s rows dataset_from_index {lo[ep]} to dataset_to_index {hi[ep]} "
-                                   f"are not its {length[ep]} frames starting at {after} within the {self.num_frames} "
-                                   f"rows of the data files; {validate.FIX_AT_SOURCE}")
-        if len(hi) and hi[-1] != self.num_frames:
-            raise DatasetError(f"{where}: the episodes end at row {hi[-1]}, the data files hold {self.num_frames} rows; "
-                               f"{validate.FIX_AT_SOURCE}")
-        owner = np.repeat(np.arange(self.num_episodes), length)
-        frame = np.arange(self.num_frames) - np.repeat(lo, length)
-        for column, expected in (("episode_index", owner), ("frame_index", frame)):
-            bad = np.flatnonzero(data[column] != expected)
-            if len(bad):
-                row = int(bad[0])
-                raise DatasetError(f"{self.root}: the data row of index {row} has {column} {int(data[column][row])}, but it "
-                                   f"lies in episode {int(owner[row])}'s span (meta/episodes' dataset_from_index.."
-                                   f"dataset_to_index), as its frame {int(frame[row])} ({len(bad)} such rows); "
-                                   f"{validate.FIX_AT_SOURCE}")
 
     def _check_rows(self) -> None:
         """What training trusts of every row: finite state and action, a task the tasks table lists."""

@@ -8,6 +8,8 @@
 - **State and action are finite**: a NaN trains a model to NaN, or stops training blaming the
   learning rate.
 - **Every task is a non-empty string**: an empty one trains on an empty instruction.
+- **Rows lie in their episode's span**: a row in another episode's span trains on the wrong
+  instruction, or across two episodes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,33 @@ import numpy as np
 from training.data.lerobot.layout import DatasetError
 
 FIX_AT_SOURCE = "fix or drop it where the dataset was made, then convert it again (python -m training.datasets convert)"
+
+
+def episode_spans(meta: dict[str, np.ndarray], data: dict[str, np.ndarray], root: Path) -> None:
+    """Each episode's rows (meta/episodes' ``dataset_from_index`` to ``dataset_to_index``) follow the one before,
+    are as many as its ``length``, and say so themselves: ``episode_index`` the episode's, ``frame_index`` 0, 1, ..."""
+    lo, hi, length = (meta[k].astype(np.int64) for k in ("dataset_from_index", "dataset_to_index", "length"))
+    num_frames, where = len(data["episode_index"]), f"{root}: meta/episodes"
+    ends = np.concatenate([[0], hi[:-1]])
+    for ep in range(len(lo)):
+        if lo[ep] != ends[ep] or hi[ep] - lo[ep] != length[ep] or hi[ep] > num_frames:
+            after = f"episode {ep - 1}'s end ({ends[ep]})" if ep else "0"
+            raise DatasetError(f"{where}: episode {ep}'s rows dataset_from_index {lo[ep]} to dataset_to_index {hi[ep]} "
+                               f"are not its {length[ep]} frames starting at {after} within the {num_frames} rows of "
+                               f"the data files; {FIX_AT_SOURCE}")
+    if len(hi) and hi[-1] != num_frames:
+        raise DatasetError(f"{where}: the episodes end at row {hi[-1]}, the data files hold {num_frames} rows; "
+                           f"{FIX_AT_SOURCE}")
+    owner = np.repeat(np.arange(len(lo)), length)
+    frame = np.arange(num_frames) - np.repeat(lo, length)
+    for column, expected in (("episode_index", owner), ("frame_index", frame)):
+        bad = np.flatnonzero(data[column] != expected)
+        if len(bad):
+            row = int(bad[0])
+            raise DatasetError(f"{root}: the data row of index {row} has {column} {int(data[column][row])}, but it "
+                               f"lies in episode {int(owner[row])}'s span (meta/episodes' dataset_from_index.."
+                               f"dataset_to_index), as its frame {int(frame[row])} ({len(bad)} such rows); "
+                               f"{FIX_AT_SOURCE}")
 
 
 def path_in(root: Path, template: str, what: str, **fields: int | str) -> Path:
