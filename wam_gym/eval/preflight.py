@@ -11,12 +11,12 @@ import dataclasses
 import importlib
 import inspect
 import json
-import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from envs.contract import parse_image_size
+from envs.kwargs import matches  # the one type check of a value against its annotation
 from envs.protocol import INSTRUCTION, PIXELS, STATE
 from envs.registry import suite_of
 
@@ -77,30 +77,9 @@ def type_problem(cls, data: Any, prefix: str = "") -> str | None:
             problem = type_problem(expected, value, f"{prefix}{f.name}.")
             if problem:
                 return problem
-        elif not _matches(value, expected):
+        elif not matches(value, expected):
             return f"{prefix}{f.name}={json.dumps(value)} is not {_type_name(expected)}"
     return None
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if tp is type(None):
-        return value is None
-    if tp in (bool, int, float, str):
-        if isinstance(value, bool):
-            return tp is bool
-        return isinstance(value, (int, float) if tp is float else tp)
-    if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            return False
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            return len(value) == len(args) and all(map(_matches, value, args))
-        return not args or all(_matches(v, args[0]) for v in value)
-    if origin is dict or tp is dict:
-        return isinstance(value, dict)
-    return True  # Any, or a type JSON cannot carry: not ours to judge
 
 
 def _type_name(tp: Any) -> str:
