@@ -3,6 +3,8 @@
 # make demo  - the embedded default end to end: demos, a tiny WAM trained on the CPU, evaluation, report
 # make demo-world-model - make demo, then a world model trained on failures too ranks 7 policies against the simulator
 # make docs  - regenerate docs/reference/ from the code and build the site into build/site (strict)
+# bash: test-suites reads PIPESTATUS
+SHELL       := bash
 VENV        ?= .venv
 EXTRAS      ?= metaworld,train,ray,dev,interop,docs
 # Simulators whose MuJoCo pins clash with Meta-World's get a venv each (.venv-<name>);
@@ -14,7 +16,7 @@ SUITE_EXTRAS_libero := ,interop,model
 PYTEST_ARGS ?=
 DEMO_DIR    ?= outputs/demo
 
-.PHONY: install test test-main test-fast suite-venvs test-suites demo demo-world-model docs list-envs bench clean
+.PHONY: install test test-main test-fast suite-venvs deepspeed-ops test-suites demo demo-world-model docs list-envs bench clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	scripts/install.sh $(VENV) $(EXTRAS)
@@ -22,10 +24,12 @@ $(VENV)/.installed: pyproject.toml scripts/install.sh
 
 install: $(VENV)/.installed
 
-# The simulators' venvs install (network and disk, mostly) while the main venv's tests run (CPU).
-test: $(VENV)/.installed
-	$(MAKE) -j2 test-main suite-venvs
-	$(MAKE) test-suites
+# Three lines of work side by side on the machine's two cores: the main venv's tests; DeepSpeed's CPU ops compiling
+# (the ZeRO-offload test would otherwise compile them inside the tests' time, ~2.5 min); the simulators' and
+# openpi-client's venvs installing (network and disk, mostly), then the simulators' tests. The suites' lines
+# come prefixed with their venv's name.
+test:
+	$(MAKE) -j3 test-main deepspeed-ops test-suites
 
 test-main: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
@@ -39,9 +43,17 @@ suite-venvs: $(SUITE_VENVS:%=.venv-%/.installed)
 	scripts/install.sh .venv-$* $*,dev$(SUITE_EXTRAS_$*)
 	touch $@
 
-test-suites: suite-venvs
+.venv-openpi/.installed: scripts/install_openpi_client.sh
+	scripts/install_openpi_client.sh .venv-openpi
+
+deepspeed-ops: $(VENV)/.installed
+	$(VENV)/bin/python scripts/build_deepspeed_ops.py
+
+# The LIBERO suite evaluates against python -m wam_gym.serve run from $(VENV), and drives it with openpi-client.
+test-suites: suite-venvs $(VENV)/.installed .venv-openpi/.installed
 	@for s in $(SUITE_VENVS); do \
-	  .venv-$$s/bin/python -m pytest tests/suites/test_$$s*.py $(PYTEST_ARGS) || exit 1; \
+	  .venv-$$s/bin/python -m pytest tests/suites/test_$$s*.py $(PYTEST_ARGS) 2>&1 | sed -u "s/^/[$$s] /"; \
+	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done
 
 docs: $(VENV)/.installed

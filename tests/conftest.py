@@ -114,7 +114,5 @@ def openpi_python() -> Path:
     venv = Path(__file__).resolve().parents[1] / ".venv-openpi"
     python = venv / "bin" / "python"
     if not python.exists() or subprocess.run([python, "-c", "import openpi_client.websocket_client_policy"]).returncode:
-        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "openpi-client==0.1.2",
-                        "numpy<2", "typing_extensions"], check=True)
+        subprocess.run([venv.parent / "scripts" / "install_openpi_client.sh", venv], check=True)
     return python
