@@ -3,9 +3,10 @@
     python scripts/tiny_lingbot_va_release.py outputs/tiny_lingbot_va [--seed 0]
 
 Their folder as published (transformer/, vae/, text_encoder/, tokenizer/), sized for their LIBERO convention
-(``lingbot_va_libero``: two 128 x 128 cameras side by side): 2 layers of 2 heads of 20, a 4-channel-base Wan2.2-style
-VAE, a 2-layer UMT5 and the byte-level tokenizer. It acts at random: it exercises loading, protocols, the episode
-memory and the broker, never a success rate. Refuses a directory that exists.
+(``lingbot_va_libero``: two 128 x 128 cameras side by side; the preset ``lingbot_va_libero_tiny``): 2 layers of 2
+heads of 20, a 4-channel-base Wan2.2-style VAE, a 2-layer UMT5 and the byte-level tokenizer. It acts at random: it
+exercises loading, protocols, the episode memory, the broker and fine-tuning (``model.pretrained_path``), never a
+success rate. Refuses a directory that exists.
 """
 
 from __future__ import annotations
@@ -17,22 +18,15 @@ from pathlib import Path
 def make(directory: Path, seed: int = 0) -> Path:
     """Write the release to ``directory`` (which must not exist)."""
     import torch
-    from diffusers import AutoencoderKLWan
-    from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
 
     from agents.wam.lingbot_va.config import preset
-    from agents.wam.lingbot_va.model import LingBotVATransformer
     from agents.wam.lingbot_va.release import save_release
+    from agents.wam.lingbot_va.trained import random_parts
 
     if directory.exists():
         raise FileExistsError(f"{directory} exists: name a new directory")
     torch.manual_seed(seed)
-    config = preset("lingbot_va_tiny")
-    tokenizer = ByT5Tokenizer()
-    text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=len(tokenizer), d_model=config.transformer.text_dim, d_kv=8,
-                                               d_ff=32, num_layers=2, num_heads=2))
-    vae = AutoencoderKLWan(**config.vae.vae_kwargs())
-    return save_release(directory, LingBotVATransformer(**config.transformer.kwargs()), vae, text_encoder, tokenizer)
+    return save_release(directory, **random_parts(preset("lingbot_va_libero_tiny")))
 
 
 def main() -> None:

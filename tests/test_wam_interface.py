@@ -2,7 +2,8 @@
 
 Its package's ``ARCHITECTURE`` resolves to a config class, presets, a policy and build/load/save; its tiny
 model is a :class:`~agents.wam.interface.WAMModel` that trains through the one loss call (``LossInputs``,
-``Objective``, a generator) and declares its per-episode state: none for the stateless MoT and FastWAM.
+``Objective``, a generator) and declares its per-episode state: none for the stateless MoT and FastWAM, LingBot-VA's
+cache and streaming encoder for it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from agents.wam.policy import WAMPolicy
 TINY = {
     "mot": lambda arch: arch.preset_makers()["tiny"](),
     "fastwam": lambda arch: arch.preset_makers()["fastwam_tiny"](),
+    "lingbot_va": lambda arch: arch.preset_makers()["lingbot_va_libero_tiny"](),
 }
+REMEMBERS_EPISODES = {"lingbot_va"}  # its policy keeps each episode's state, and loads its checkpoints itself
 B = 2
 
 
@@ -38,7 +41,9 @@ def test_every_architecture_is_tested_here():
 def test_the_package_record_resolves_every_role(name):
     arch = named(name)
     assert (arch.name, arch.package) == (name, PACKAGES[name])
-    assert issubclass(arch.config_class(), ModelConfig) and issubclass(arch.policy_class(), WAMPolicy)
+    policy = arch.policy_class()
+    assert issubclass(arch.config_class(), ModelConfig)
+    assert issubclass(policy, WAMPolicy) != (name in REMEMBERS_EPISODES) and callable(policy.from_checkpoint)
     assert all(callable(arch.export(role)) for role in (arch.build, arch.load, arch.save))
     for preset, make in arch.preset_makers().items():
         config = make()
@@ -51,23 +56,24 @@ def test_preset_names_are_unique_across_architectures():
     assert len(names) == len(set(names))  # one Hydra group, model=<preset>, holds them all
 
 
-def test_the_tiny_model_is_a_stateless_wam_model(tiny):
+def test_the_tiny_model_is_a_wam_model_that_declares_its_episode_state(tiny):
     arch, model = tiny
     assert isinstance(model, WAMModel)
-    assert model.new_episode_state() is None
+    assert (model.new_episode_state() is None) == (arch.name not in REMEMBERS_EPISODES)
 
 
 def loss_inputs(model) -> LossInputs:
     cfg, g = model.config, torch.Generator().manual_seed(1)
     h, w = cfg.latent_size
+    state_dim = cfg.state_dim or 1  # LingBot-VA never sees proprioception
     pad = torch.zeros(B, cfg.action_horizon, dtype=torch.bool)
     pad[1, -3:] = True
     return LossInputs(
         latents=torch.randn(B, cfg.vae.z_dim, cfg.latent_frames, h, w, generator=g),
         actions=torch.rand(B, cfg.action_horizon, cfg.action_dim, generator=g) * 2 - 1,
-        state=torch.randn(B, cfg.state_dim, generator=g),
+        state=torch.randn(B, state_dim, generator=g),
         text=model.encode_prompt(["reach", "push"]),
-        next_states=torch.randn(B, cfg.action_horizon, cfg.state_dim, generator=g),
+        next_states=torch.randn(B, cfg.action_horizon, state_dim, generator=g),
         action_is_pad=pad,
     )
 

@@ -2,8 +2,9 @@
 
 Top-level knob names are EasyWAM's (``batch_size``, ``gradient_accumulation_steps``,
 ``mixed_precision``, ``num_workers``, ``dataloader_*``, ``vae_micro_batch_size``); the model is
-``model.*`` (a :class:`~agents.wam.mot.config.MoTConfig` or FastWAM's ``FastWAMConfig``, chosen with
-``model=<preset>``: tiny, wan22_ti2v_5b, wan21_t2v_1_3b, fastwam, fastwam_tiny), task
+``model.*`` (a :class:`~agents.wam.mot.config.MoTConfig`, FastWAM's ``FastWAMConfig`` or LingBot-VA's
+``LingBotVAConfig``, chosen with ``model=<preset>``: tiny, wan22_ti2v_5b, wan21_t2v_1_3b, fastwam, fastwam_tiny,
+lingbot_va, lingbot_va_libero_tiny), task
 recipes are ``task=<name>`` (training/conf/task/), infra profiles ``+infra=online|compile|cache``.
 
 Groups and their owners: the engine knobs (``deepspeed``, ``mixed_precision``, ``batch_size``,
@@ -79,8 +80,9 @@ class TrainConfig(EngineConfig):
     """The whole ``python -m training`` config; the engine knobs (EngineConfig) are its first fields."""
 
     task: str = "custom"  # the recipe's name, for logs
-    # the WAM: model=<preset> (MoT: tiny | wan22_ti2v_5b | wan21_t2v_1_3b; FastWAM: fastwam | fastwam_tiny), then
-    # model.* overrides; null: the tiny MoT. Typed Any because the presets are of two config classes.
+    # the WAM: model=<preset> (MoT: tiny | wan22_ti2v_5b | wan21_t2v_1_3b; FastWAM: fastwam | fastwam_tiny;
+    # LingBot-VA: lingbot_va | lingbot_va_libero_tiny), then model.* overrides; null: the tiny MoT. Typed Any
+    # because the presets are of several config classes.
     model: Any = None
     dataset: DatasetConfig = field(default_factory=DatasetConfig)  # the demos
     init_from: str | None = None  # a checkpoint to fine-tune (else the preset's weights)

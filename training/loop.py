@@ -115,14 +115,17 @@ def build(cfg: TrainConfig, device: torch.device, dataset: LeRobotDataset | None
         if not (cfg.init_from or model_cfg.has_pretrained_weights):
             raise ValueError("LoRA fine-tunes trained weights: set init_from=<checkpoint> (or model.pretrained_path for Wan)")
         add_lora(model, cfg.lora)
-    if cfg.model.backbone.use_gradient_checkpointing or cfg.infra.compile.enabled:
+    if cfg.model.gradient_checkpointing or cfg.infra.compile.enabled:
         model.enable_gradient_checkpointing()
     mc = model.config
+    if mc.normalizes_actions and cfg.dataset.normalization is not None:
+        raise ValueError(f"dataset.normalization={cfg.dataset.normalization}: model={mc.preset}'s input convention "
+                         f"({mc.input_convention}) normalises its actions itself; leave dataset.normalization null")
     _record_suite(mc, dataset)
     stride = cfg.dataset.frame_stride or mc.default_frame_stride
     clips = ClipDataset(dataset, cameras=list(mc.cameras), image_size=tuple(mc.image_size), action_horizon=mc.action_horizon,
                         num_future_frames=mc.num_future_frames, frame_stride=stride, load_video=not cfg.infra.latent_cache,
-                        normalization=cfg.dataset.normalization, convention=mc)
+                        normalization=cfg.dataset.normalization, convention=mc, stats_normalize=not mc.normalizes_actions)
     return model.to(device), dataset, clips
 
 

@@ -45,7 +45,8 @@ BOOKKEEPING = frozenset({
     "allow_resume_mismatch", "num_workers", "dataloader_prefetch_factor", "dataloader_persistent_workers",
     "dataloader_pin_memory", "dataloader_worker_threads", "video_latent_cache", "video_latent_cache_fields",
     "vae_micro_batch_size", "model.vae_micro_batch_size", "model.backbone.attention_backend",
-    "model.backbone.use_gradient_checkpointing", "dataset.root", "dataset.cache_episodes",
+    "model.backbone.use_gradient_checkpointing", "model.training.gradient_checkpointing", "dataset.root",
+    "dataset.cache_episodes",
 })
 BOOKKEEPING_GROUPS = ("infra.", "precompute.")  # speed profiles (cached latents equal online ones) and cache generation
 

@@ -12,7 +12,7 @@ import functools
 from pathlib import Path
 
 from agents.policy import build_policy
-from agents.wam.lingbot_va.folder import is_release
+from agents.wam.lingbot_va.folder import is_lingbot_va
 from wam_gym.eval.protocols import named
 from wam_gym.model_worker import PolicyFactory
 
@@ -31,14 +31,14 @@ def checkpoint_policy(
 
 
 def release_policy(folder: str, inputs: str, device: str):
-    """Builds a LingBot-VA release's policy inside a model worker, evaluated by the input convention ``inputs``
-    (bf16 on a GPU, as their server runs it; fp32 on the CPU)."""
+    """Builds a LingBot-VA's policy inside a model worker (a release folder, or a checkpoint python -m training
+    wrote), evaluated by the input convention ``inputs`` (bf16 on a GPU, as their server runs it; fp32 on the CPU)."""
     import torch
 
     from agents.wam.lingbot_va.policy import LingBotVAPolicy
 
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    return LingBotVAPolicy.from_release(folder, inputs, device=device, dtype=dtype)
+    return LingBotVAPolicy.load(folder, inputs, device=device, dtype=dtype)
 
 
 def policy_factory(evaluation, prompt_cache_size: int, ckpt: Path | None, stats: Path | None) -> PolicyFactory:
@@ -47,7 +47,7 @@ def policy_factory(evaluation, prompt_cache_size: int, ckpt: Path | None, stats:
         return functools.partial(build_policy, evaluation.policy)
     if evaluation.agent != "wam":
         raise ValueError(f"EVALUATION.agent={evaluation.agent!r} is not served by model workers; use one of {SERVED_AGENTS}")
-    if ckpt is not None and is_release(ckpt):  # their folder as published: its settings are the protocol's input convention
+    if ckpt is not None and is_lingbot_va(ckpt):  # its settings are the protocol's input convention (checked to be its own)
         return functools.partial(release_policy, str(ckpt), named(evaluation.protocol).model_inputs)
     overrides = {"video_mode": evaluation.video_mode} if evaluation.video_mode else {}
     return functools.partial(

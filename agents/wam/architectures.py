@@ -8,8 +8,10 @@ each role is; they load on first use (the package's lazy exports), so reading a 
 beyond its own.
 
 ``mot`` (no ``"architecture"`` entry: every checkpoint before FastWAM) is our Mixture-of-Transformers
-(:mod:`agents.wam.mot`); ``fastwam`` is FastWAM (:mod:`agents.wam.fastwam`). Adding one is its package and one
-line in :data:`PACKAGES`.
+(:mod:`agents.wam.mot`); ``fastwam`` is FastWAM (:mod:`agents.wam.fastwam`); ``lingbot_va`` is LingBot-VA
+(:mod:`agents.wam.lingbot_va`), whose policy keeps each episode's state between calls (it is served to
+:class:`~agents.episode_memory.MemoryChunkAgent`, not through :class:`~agents.wam.policy.WAMPolicy`). Adding one is
+its package and one line in :data:`PACKAGES`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ CONFIG_FILE = "wam_config.json"  # a checkpoint's config: the model's, with its 
 PACKAGES = {
     "mot": "agents.wam.mot",
     "fastwam": "agents.wam.fastwam",
+    "lingbot_va": "agents.wam.lingbot_va",
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -85,6 +86,39 @@ def _require_weights(folder: Path, root: Path) -> None:
                 f"{index} names non-safetensors shards {unsafe[:3]}; only safetensors weights are loaded "
                 "(convert the shards with safetensors, or re-save the checkpoint)"
             )
+
+
+@dataclass(frozen=True)
+class SavedKind:
+    """One architecture's checkpoint directory: the "architecture" its wam_config.json names, and how each way of
+    not being one is told (each message ends with its fix)."""
+
+    architecture: str  # wam_config.json's "architecture"
+    label: str  # the model's name in messages
+    config_class: type  # its config, read with from_dict
+    writers: str  # what writes such a directory
+    not_a_directory: str  # the fix when the path is no local directory
+    written_by: str  # what writes one, said when the directory holds another architecture
+    damaged: str  # the fix when its config does not describe the model
+
+
+def read_model_config(root: Path, kind: SavedKind):
+    """The config of the checkpoint directory ``root``, which must hold a ``kind.architecture``."""
+    _require_dir(root, f"{kind.label} checkpoint", kind.not_a_directory)
+    if not (root / CONFIG_FILE).is_file():
+        raise MissingCheckpointError(f"{root} has no {CONFIG_FILE}: it is no checkpoint directory; pass one that "
+                                     f"{kind.writers} wrote")
+    data = _read_json(root / CONFIG_FILE)
+    if not isinstance(data, dict) or data.get("architecture") != kind.architecture:
+        named = data.get("architecture", "mot") if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+        raise MissingCheckpointError(f"{root / CONFIG_FILE} is not a {kind.label}'s (\"architecture\" is {named!r}, not "
+                                     f"\"{kind.architecture}\"): pass a {kind.label} checkpoint directory "
+                                     f"({kind.written_by} writes one)")
+    try:
+        return kind.config_class.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise MissingCheckpointError(f"{root / CONFIG_FILE} does not describe a {kind.label} "
+                                     f"({' '.join(str(exc).split())}); {kind.damaged}") from None
 
 
 def _read_json(path: Path) -> dict:

@@ -179,6 +179,17 @@ class ModelConfig:
         return False
 
     @property
+    def gradient_checkpointing(self) -> bool:
+        """Whether training recomputes activations in backward (the experts' knob, ``model.backbone``'s here)."""
+        return self.backbone.use_gradient_checkpointing
+
+    @property
+    def normalizes_actions(self) -> bool:
+        """Whether its input convention maps env actions into the model's units itself (:meth:`dataset_actions`,
+        LingBot-VA's quantiles), so the dataset's statistics normalise nothing in training."""
+        return False
+
+    @property
     def default_frame_stride(self) -> int:
         """Env steps between predicted frames when a recipe does not say: the future spans the chunk
         (FastWAM's 8 frames for 32 actions: every 4th step, as their clips are cut)."""

@@ -72,6 +72,11 @@ def add_lora(model: nn.Module, settings: LoraSettings) -> None:
     trainable weights. (``settings.enabled`` is for configs that may leave LoRA off: not read here.)"""
     from peft import inject_adapter_in_model
 
+    absent = [expert for expert in settings.experts if not hasattr(model, EXPERTS[expert])]
+    if absent:
+        present = [expert for expert, name in EXPERTS.items() if hasattr(model, name)]
+        raise ValueError(f"lora.experts={list(settings.experts)}: a {type(model).__name__} has no {absent[0]} expert; "
+                         f"set lora.experts={present}")
     for expert in settings.experts:
         inject_adapter_in_model(settings.peft_config(), getattr(model, EXPERTS[expert]))
     for name, param in model.named_parameters():

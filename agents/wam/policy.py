@@ -75,6 +75,8 @@ class WAMPolicy(ABC):
         on a subclass, with that subclass, which must serve that architecture."""
         architecture = of_checkpoint(path)
         policy = architecture.policy_class()
+        if cls is WAMPolicy and not issubclass(policy, WAMPolicy):  # a policy of its own kind (LingBot-VA's keeps
+            return policy.from_checkpoint(path, device=device)     # episodes), under its own convention
         if cls is not WAMPolicy and not issubclass(cls, policy):
             raise ValueError(f"{path} holds a {architecture.name} model, which {cls.__name__} does not serve; load it "
                              f"with {policy.__name__} (or WAMPolicy.from_checkpoint, which picks it)")

@@ -30,7 +30,7 @@ import multiprocess
 import multiprocess.connection
 
 from agents.factory import AGENTS
-from agents.wam.lingbot_va.folder import is_release
+from agents.wam.lingbot_va.folder import is_lingbot_va
 from wam_gym.broker import InferenceBroker
 from wam_gym.eval import preflight, protocols
 from wam_gym.eval.actor import ActorSpec, actor_main
@@ -332,7 +332,7 @@ class EvalManager:
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
             video_camera=ev.video_camera, video_fps=ev.video_fps, video_stride=ev.video_stride,
             lazy_pixels=ev.render == "needed", latency=ev.latency(),
-            remembers_episodes=ev.agent == "wam" and self.ckpt is not None and is_release(self.ckpt),
+            remembers_episodes=ev.agent == "wam" and self.ckpt is not None and is_lingbot_va(self.ckpt),
             remote=dataclasses.replace(RemoteSettings.from_evaluation(ev, self.tasks), expected_model=self.server_model)
             if ev.agent == "remote" else None,
             imagination=self.imagination,

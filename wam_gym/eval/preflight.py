@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.wam.architectures import CONFIG_FILE  # json only: no model code
-from agents.wam.lingbot_va.folder import is_release  # json only: no model code
+from agents.wam.lingbot_va.folder import is_lingbot_va, is_release, trained_inputs  # json only: no model code
 from envs.contract import parse_image_size
 from envs.kwargs import matches  # the one type check of a value against its annotation
 from envs.protocol import INSTRUCTION, PIXELS, STATE
@@ -189,7 +189,7 @@ def wam_checkpoint(ckpt: str | None, evaluation):
     """``(checkpoint dir, its MoTConfig, the statistics file)`` for EVALUATION.agent=wam, all checked
     (eval's manager and ``python -m wam_gym.serve``)."""
     root = checkpoint_dir(ckpt)
-    if is_release(root):
+    if is_lingbot_va(root):  # a release, or one python -m training wrote: its settings are its convention's
         return root, release_facts(root, evaluation), None
     model = load_model_config(root / CONFIG_FILE)
     check_against_model(evaluation, model)
@@ -197,18 +197,28 @@ def wam_checkpoint(ckpt: str | None, evaluation):
 
 
 def release_facts(root: Path, evaluation):
-    """A LingBot-VA release folder: what its protocol's input convention says of it (cameras, sizes, chunk, the
-    statistics the release itself lacks). The protocol is required: their folders carry none of it."""
+    """A LingBot-VA release folder, or a checkpoint python -m training wrote: what its protocol's input convention
+    says of it (cameras, sizes, chunk, the statistics a release lacks). The protocol is required: their folders
+    carry none of it, and ours name the convention (which must be the protocol's) but not the benchmark side."""
     from agents.wam.lingbot_va.folder import ReleaseFacts
     from agents.wam.lingbot_va.inputs import CONVENTIONS
-    from wam_gym.eval.protocols import named
+    from wam_gym.eval.protocols import named, of_convention
 
     protocol = named(evaluation.protocol)
     if protocol is None or protocol.model_inputs not in CONVENTIONS:
+        if not is_release(root):  # python -m training's: its wam_config.json names the convention
+            own = trained_inputs(root)
+            fit = of_convention(own)
+            raise ValueError(f"ckpt={root} holds a LingBot-VA trained under the input convention {own}, whose "
+                             f"benchmark side is its protocol's: evaluate it with EVALUATION.protocol="
+                             f"{fit.name if fit is not None else own}")
         raise ValueError(f"ckpt={root} is a LingBot-VA release folder, which carries no evaluation settings: name "
                          "the protocol it is evaluated under, EVALUATION.protocol=lingbot_va_libero")
+    if not is_release(root) and trained_inputs(root) != protocol.model_inputs:
+        raise ValueError(f"EVALUATION.protocol={protocol.name} feeds the model by {protocol.model_inputs}, and ckpt={root} "
+                         f"was trained under {trained_inputs(root)}: evaluate it under the protocol of its convention")
     if evaluation.dataset_stats_path is not None:
-        raise ValueError(f"EVALUATION.dataset_stats_path={evaluation.dataset_stats_path}: a LingBot-VA release is "
+        raise ValueError(f"EVALUATION.dataset_stats_path={evaluation.dataset_stats_path}: a LingBot-VA is "
                          f"un-normalised by its convention's statistics ({protocol.model_inputs}); drop the knob")
     facts = ReleaseFacts.of(CONVENTIONS[protocol.model_inputs])
     check_against_model(evaluation, facts)

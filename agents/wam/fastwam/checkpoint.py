@@ -36,11 +36,12 @@ from agents.wam.checkpoint import (
     CONFIG_FILE,
     STATS_FILE,
     MissingCheckpointError,
-    _read_json,
+    SavedKind,
     _require_dir,
     _require_weights,
     load_tokenizer,
     publish,
+    read_model_config,
 )
 from agents.wam.fastwam import wan_original
 from agents.wam.fastwam.action_dit import FastWAMActionDiT
@@ -311,21 +312,13 @@ def save_fastwam(
     return publish(model, directory, (*DENOISER, *encoder_parts), extra_files)
 
 
+SAVED = SavedKind("fastwam", "FastWAM", FastWAMConfig, "scripts/convert_fastwam_checkpoint.py to-ours or python -m training",
+                  "convert one with scripts/convert_fastwam_checkpoint.py", "to-ours",
+                  "re-convert the checkpoint, or restore the file")
+
+
 def _our_config(root: Path) -> FastWAMConfig:
-    _require_dir(root, "FastWAM checkpoint", "convert one with scripts/convert_fastwam_checkpoint.py")
-    if not (root / CONFIG_FILE).is_file():
-        raise MissingCheckpointError(f"{root} has no {CONFIG_FILE}: it is no checkpoint directory; pass one that "
-                                     "scripts/convert_fastwam_checkpoint.py to-ours or python -m training wrote")
-    data = _read_json(root / CONFIG_FILE)
-    if not isinstance(data, dict) or data.get("architecture") != "fastwam":
-        named = data.get("architecture", "mot") if isinstance(data, dict) else f"a JSON {type(data).__name__}"
-        raise MissingCheckpointError(f"{root / CONFIG_FILE} is not a FastWAM's (\"architecture\" is {named!r}, not "
-                                     "\"fastwam\"): pass a FastWAM checkpoint directory (to-ours writes one)")
-    try:
-        return FastWAMConfig.from_dict(data)
-    except (TypeError, ValueError) as exc:
-        raise MissingCheckpointError(f"{root / CONFIG_FILE} does not describe a FastWAM ({' '.join(str(exc).split())}); "
-                                     "re-convert the checkpoint, or restore the file") from None
+    return read_model_config(root, SAVED)
 
 
 def read_our_checkpoint(directory: str | Path) -> dict[str, torch.Tensor]:

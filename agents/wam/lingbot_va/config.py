@@ -17,6 +17,12 @@ Presets:
     ``lingbot_va_tiny``  the same layout at 2 layers of 2 x 20 heads, random weights, and a 4-channel Wan2.2-style
                          VAE: the size of the parity fixture made with their code (tests/fixtures/lingbot_va,
                          scripts/lingbot_va_reference.py).
+    ``lingbot_va_libero_tiny``  that tiny transformer and VAE under ``lingbot_va_libero`` (what
+                         scripts/tiny_lingbot_va_release.py releases): LIBERO fine-tuning on a CPU.
+
+A config is also a :class:`~agents.wam.config.ModelConfig`, so ``python -m training`` trains it: ``training`` holds
+their training draws (:class:`LingBotVATraining`), ``pretrained_path`` the release folder a run starts from, and
+``inputs`` the convention that owns the settings above (and normalises the actions the clips carry).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.wam.config import VAEConfig
+from agents.wam.config import ModelConfig, VAEConfig, from_data
 from agents.wam.lingbot_va.inputs import LingBotVAInputs, convention
 
 # The parity fixture's channels (their earlier va_libero_cfg.py copy; the convention's latest are 0..6)
@@ -53,6 +59,7 @@ class TransformerConfig:
     rope_max_seq_len: int = 1024  # recorded in their config; their RoPE takes positions, not a table
 
     def __post_init__(self) -> None:
+        self.patch_size = tuple(self.patch_size)  # Hydra and JSON hand over lists
         if not self.cross_attn_norm:
             raise ValueError("cross_attn_norm=false is not supported: their release normalises before cross-attention")
         if len(self.patch_size) != 3:
@@ -67,9 +74,36 @@ class TransformerConfig:
 
 
 @dataclass
-class LingBotVAConfig:
+class LingBotVATraining:
+    """What their training draws per batch and per row (wan_va/train.py; their train configs' knob names), and the
+    clips it sees. The noise levels come from the inference shifts (their one ``snr_shift``/``action_snr_shift``)."""
+
+    # latent frames a training clip holds after its first (theirs: a whole episode from its first frame, batch 1;
+    # ours: fixed windows from any frame, the window's first frame at position 0 as an episode's is)
+    clip_frames: int = 3
+    chunk_sizes: tuple[int, int] = (1, 4)  # latent frames per attention block, drawn per batch (randint(1, 5))
+    windows: tuple[int, int] = (4, 64)  # blocks a token sees either side, drawn per batch (randint(4, 65))
+    noisy_context: float = 0.5  # chance a batch's clean video context is noised too (_add_noise's noisy_cond_prob)
+    text_dropout: float = 0.1  # chance a row trains on the empty prompt (cfg_prob: what guidance needs)
+    gradient_checkpointing: bool = False  # recompute each block in backward (their apply_ac): memory for compute
+
+    def __post_init__(self) -> None:
+        self.chunk_sizes, self.windows = tuple(self.chunk_sizes), tuple(self.windows)
+        for name in ("chunk_sizes", "windows"):
+            low, high = getattr(self, name)
+            if not 1 <= low <= high:
+                raise ValueError(f"model.training.{name}={[low, high]}: give [low, high] with 1 <= low <= high")
+        if self.clip_frames < 1:
+            raise ValueError(f"model.training.clip_frames={self.clip_frames} must be at least 1")
+        for name in ("noisy_context", "text_dropout"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"model.training.{name}={getattr(self, name)} is a probability: give one in [0, 1]")
+
+
+@dataclass
+class LingBotVAConfig(ModelConfig):
     """Everything that fixes a LingBot-VA's weights, input geometry and per-chunk inference
-    (their ``va_*_cfg.py`` knob names in the comments)."""
+    (their ``va_*_cfg.py`` knob names in the comments), and how it trains."""
 
     preset: str = "lingbot_va_tiny"  # the preset this config started from
     # the transformer (their transformer/config.json); tiny by default, the parity fixture's size
@@ -94,8 +128,18 @@ class LingBotVAConfig:
     video_guidance: float = 5.0  # guidance_scale (classifier-free, on the video stream)
     action_guidance: float = 1.0  # action_guidance_scale
     action_channels: tuple[int, ...] = LIBERO_ACTION_CHANNELS  # used_action_channel_ids; the others are zeroed
+    # the input convention (agents/wam/lingbot_va/inputs.py) that owns the settings from cameras to action_channels
+    # and the actions' quantiles; null: the fields above as they are (lingbot_va_tiny, which cannot train)
+    inputs: str | None = None
+    pretrained_path: str | None = None  # a release folder as published (transformer/, vae/, ...) to train from
+    training: LingBotVATraining = field(default_factory=LingBotVATraining)  # their training draws and the clips
+    state_dim: int | None = None  # the dataset's proprio size, recorded only: LingBot-VA never sees proprioception
+    vae_micro_batch_size: int | None = None  # unused: every clip's cameras are encoded on their own
 
     def __post_init__(self) -> None:
+        self.cameras, self.image_size = tuple(self.cameras), tuple(self.image_size)
+        self.action_channels = tuple(self.action_channels)
+        self._check_owned()
         for knob in ("frame_chunk_size", "action_per_frame", "video_steps", "action_steps", "text_tokens"):
             if getattr(self, knob) < 1:
                 raise ValueError(f"{knob}={getattr(self, knob)} must be at least 1")
@@ -138,18 +182,109 @@ class LingBotVAConfig:
     def under(cls, inputs: LingBotVAInputs, transformer: TransformerConfig, vae: VAEConfig) -> LingBotVAConfig:
         """The config of a transformer and VAE evaluated by an input convention, which owns the geometry, the
         chunk, the steps, guidance, shifts, window and action channels (their ``va_*_cfg.py``)."""
-        s = inputs.sampling
-        return cls(
-            preset=inputs.name, transformer=transformer, vae=vae, cameras=inputs.cameras, image_size=inputs.sizes[0],
-            frame_chunk_size=inputs.frame_chunk_size, action_per_frame=inputs.action_per_frame, attn_window=s.attn_window,
-            video_steps=s.video_steps, action_steps=s.action_steps, video_shift=s.video_shift, action_shift=s.action_shift,
-            video_guidance=s.video_guidance, action_guidance=s.action_guidance, action_channels=inputs.channels,
-        )
+        return cls(preset=inputs.name, transformer=transformer, vae=vae, inputs=inputs.name, **_owned(inputs))
+
+    def _check_owned(self) -> None:
+        """Under a convention, every setting it owns is its (one owner per knob): an override is refused."""
+        if self.inputs is None:
+            return
+        for knob, value in _owned(self.convention()).items():
+            if getattr(self, knob) != value:
+                raise ValueError(f"model.{knob}={getattr(self, knob)}: the input convention {self.inputs} owns it "
+                                 f"({value}); drop the override")
+
+    def convention(self) -> LingBotVAInputs:
+        """Its input convention; a config without one (lingbot_va_tiny) has no actions' quantiles to train with."""
+        if self.inputs is None:
+            raise ValueError(f"model={self.preset} names no input convention (model.inputs), so no statistics normalise "
+                             "its actions: train model=lingbot_va_libero_tiny or model=lingbot_va")
+        return convention(self.inputs)
 
     @property
     def uses_guidance(self) -> bool:
         """Their use_cfg: every call runs a prompted and an unprompted row when either stream is guided."""
         return self.video_guidance > 1 or self.action_guidance > 1
+
+    # ----------------------------------------------------------------- what python -m training reads (ModelConfig)
+    @property
+    def action_dim(self) -> int:
+        """The env's action size: the robot's channels."""
+        return len(self.action_channels)
+
+    @action_dim.setter
+    def action_dim(self, value: int) -> None:  # a fresh run takes the dataset's sizes: they must be the robot's
+        if value != len(self.action_channels):
+            raise ValueError(f"the dataset's actions are {value}-d and {self.inputs or self.preset} drives "
+                             f"{len(self.action_channels)} channels: train on demos of its robot")
+
+    @property
+    def num_future_frames(self) -> int:
+        """Pixel frames of a training clip after its first (4 per latent frame)."""
+        return self.training.clip_frames * self.vae.scale_factor_temporal
+
+    @property
+    def action_horizon(self) -> int:
+        """Actions of a training clip: each latent frame's after the first (the first's are the zero condition)."""
+        return self.training.clip_frames * self.action_per_frame
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        return self.training.gradient_checkpointing
+
+    @property
+    def has_pretrained_weights(self) -> bool:
+        return self.pretrained_path is not None
+
+    @property
+    def normalizes_actions(self) -> bool:
+        return True  # by its convention's quantiles, which the release was trained with, not the dataset's
+
+    @property
+    def suite(self) -> str | None:
+        return None if self.inputs is None else self.convention().suite
+
+    @property
+    def input_convention(self) -> str:
+        return self.inputs or self.preset
+
+    @property
+    def video_mode(self) -> None:
+        return None  # no decoded video is served or logged
+
+    def input_frames(self, pixels, num_images: int, device=None):
+        """(N, H, W, 3) uint8 per camera -> (N, 3, h, w * cameras): each camera as its convention's server resizes
+        it, side by side (the model encodes them one by one again: :meth:`LingBotVA.encode_video`)."""
+        import torch
+
+        video = self.convention().video({camera: pixels[camera][:num_images] for camera in self.cameras})
+        return torch.cat([video[camera] for camera in self.cameras], dim=-1).transpose(0, 1).to(device)
+
+    def prompts(self, instructions):
+        return [self.convention().prompt(text) for text in instructions]
+
+    def dataset_actions(self, actions):
+        return self.convention().model_units(actions)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"architecture": "lingbot_va", **dataclasses.asdict(self)}
+        # as FastWAM's: evaluation protocols read the convention's name at inputs.name
+        return {**data, "inputs": None if self.inputs is None else {"name": self.inputs}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LingBotVAConfig:
+        data = {k: v for k, v in data.items() if k != "architecture"}
+        if isinstance(data.get("inputs"), dict):
+            data["inputs"] = data["inputs"].get("name")
+        return from_data(cls, data, {"transformer": TransformerConfig, "vae": VAEConfig, "training": LingBotVATraining})
+
+
+def _owned(inputs: LingBotVAInputs) -> dict[str, Any]:
+    """The config fields an input convention owns, at its values (their ``va_*_cfg.py``)."""
+    s = inputs.sampling
+    return dict(cameras=inputs.cameras, image_size=inputs.sizes[0], frame_chunk_size=inputs.frame_chunk_size,
+                action_per_frame=inputs.action_per_frame, attn_window=s.attn_window, video_steps=s.video_steps,
+                action_steps=s.action_steps, video_shift=s.video_shift, action_shift=s.action_shift,
+                video_guidance=s.video_guidance, action_guidance=s.action_guidance, action_channels=inputs.channels)
 
 
 WAN22_VAE = VAEConfig(
@@ -161,12 +296,21 @@ WAN22_VAE = VAEConfig(
 
 def _lingbot_va() -> LingBotVAConfig:
     # Their LIBERO release: the transformer at their WanTransformer3DModel's defaults, evaluated as their
-    # va_libero_cfg.py says (the lingbot_va_libero convention owns those settings).
+    # va_libero_cfg.py says (the lingbot_va_libero convention owns those settings). Training clips of 16 latent
+    # frames (4 chunks of LIBERO's 4; 60 actions), recomputed in backward as their trainer does.
     return dataclasses.replace(LingBotVAConfig.under(convention("lingbot_va_libero"), TransformerConfig(), WAN22_VAE),
-                               preset="lingbot_va")
+                               preset="lingbot_va",
+                               training=LingBotVATraining(clip_frames=15, gradient_checkpointing=True))
 
 
-PRESETS = {"lingbot_va": _lingbot_va, "lingbot_va_tiny": LingBotVAConfig}
+def _lingbot_va_libero_tiny() -> LingBotVAConfig:
+    # The parity fixture's transformer and VAE under their LIBERO convention (scripts/tiny_lingbot_va_release.py)
+    tiny = LingBotVAConfig()
+    return dataclasses.replace(LingBotVAConfig.under(convention("lingbot_va_libero"), tiny.transformer, tiny.vae),
+                               preset="lingbot_va_libero_tiny")
+
+
+PRESETS = {"lingbot_va": _lingbot_va, "lingbot_va_tiny": LingBotVAConfig, "lingbot_va_libero_tiny": _lingbot_va_libero_tiny}
 
 
 def preset(name: str, **overrides: Any) -> LingBotVAConfig:

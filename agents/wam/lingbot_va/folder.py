@@ -2,7 +2,9 @@
 
 Their releases (transformer/, vae/, text_encoder/, tokenizer/) carry no wam_config.json: the transformer's
 config.json names their class, and the evaluation settings (cameras, sizes, chunk, statistics) are those of the
-input convention a protocol names (:mod:`agents.wam.lingbot_va.inputs`). Reading this module imports no torch.
+input convention a protocol names (:mod:`agents.wam.lingbot_va.inputs`). A checkpoint ``python -m training`` wrote
+has the same parts and a wam_config.json that names its convention (:mod:`agents.wam.lingbot_va.trained`).
+Reading this module imports no torch.
 """
 
 from __future__ import annotations
@@ -16,6 +18,27 @@ from agents.wam.lingbot_va.inputs import LingBotVAInputs
 PARTS = ("transformer", "vae", "text_encoder", "tokenizer")
 THEIR_CLASS = "WanTransformer3DModel"  # transformer/config.json's _class_name in their releases
 OUR_CONFIG = "wam_config.json"  # a folder holding one is one of our checkpoints, whatever else it holds
+
+
+def is_lingbot_va(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a LingBot-VA: a release as published, or a checkpoint python -m training wrote (its
+    wam_config.json names the architecture). Either is evaluated under the protocol of its input convention, and
+    keeps each episode's state between calls."""
+    if is_release(folder):
+        return True
+    try:
+        return json.loads((Path(folder).expanduser() / OUR_CONFIG).read_text()).get("architecture") == "lingbot_va"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def trained_inputs(folder: str | Path) -> str | None:
+    """The input convention a checkpoint python -m training wrote declares (its wam_config.json's inputs.name)."""
+    try:
+        inputs = json.loads((Path(folder).expanduser() / OUR_CONFIG).read_text()).get("inputs")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return inputs.get("name") if isinstance(inputs, dict) else None
 
 
 def is_release(folder: str | Path) -> bool:

@@ -160,6 +160,18 @@ class LingBotVAInputs:
         out[list(self.channels)] = np.clip((chunk - q01) / (q99 - q01 + EPS) * 2.0 - 1.0, -FED_BACK_LIMIT, FED_BACK_LIMIT)
         return out
 
+    def model_units(self, actions: np.ndarray) -> np.ndarray:
+        """Env actions (..., C) -> the used channels as training reads them (..., C): their dataset's
+        ``_action_post_process``, ``(x - q01) / (q99 - q01 + 1e-6) * 2 - 1`` in float64, clamped to +-1.5 (f66f602),
+        in float32."""
+        actions = np.asarray(actions)
+        if actions.shape[-1] != len(self.channels):
+            raise ValueError(f"actions of {actions.shape[-1]} values; {self.name} drives {len(self.channels)} channels: "
+                             "train on demos of its robot")
+        q01, q99 = (np.asarray(q, dtype=np.float64) for q in (self.q01, self.q99))
+        scaled = (actions.astype(np.float64) - q01) / (q99 - q01 + EPS) * 2.0 - 1.0
+        return np.clip(scaled, -FED_BACK_LIMIT, FED_BACK_LIMIT).astype(np.float32)
+
     def env_actions(self, model_actions: np.ndarray, first: bool, start_pose: np.ndarray | None = None) -> np.ndarray:
         """The model's (30, F, H) chunk -> the (steps, C) actions the env executes, in order: frame by frame, the
         first chunk's frame 0 left out; RoboTwin's targets made absolute from ``start_pose`` (the episode's

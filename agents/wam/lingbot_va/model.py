@@ -17,6 +17,9 @@ feed-forward), built from diffusers' parts and driven by :mod:`agents.wam.wan_ad
 through the episode's :class:`~agents.wam.lingbot_va.cache.KVCache` when one is given: the call's keys and
 values are written (in the call's :class:`~agents.wam.lingbot_va.cache.WriteMode`) and the queries attend to
 every valid slot, the call's own included.
+
+Training calls :meth:`LingBotVATransformer.teacher_forced` instead: all chunks of a clip, both streams, noisy and
+clean, in one call under the block-causal mask of :mod:`agents.wam.lingbot_va.teacher` (their ``forward_train``).
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ import torch
 from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from agents.wam import wan_adapter as wan
 from agents.wam.attention import attention
 from agents.wam.layers import LayerContext, cross_and_ffn
 from agents.wam.lingbot_va.cache import KVCache, WriteMode
-from agents.wam.lingbot_va.positions import rotary
+from agents.wam.lingbot_va.positions import action_positions, rotary, video_positions
+from agents.wam.lingbot_va.teacher import Streams
 
 
 class LingBotVATransformer(ModelMixin, ConfigMixin):
@@ -77,27 +82,74 @@ class LingBotVATransformer(ModelMixin, ConfigMixin):
         """Velocity (B, C, F, H, W) of video latents (B, C, F, H, W) at per-frame timesteps (B, F), positions
         (B, 3, L) and text-encoder states (B, Lt, text_dim). ``text_kv``: where to keep each layer's text keys
         and values for later calls with the same text (both streams share them)."""
-        p_t, p_h, p_w = self.config.patch_size
-        b, _, f, h, w = latents.shape
-        patches = latents.reshape(b, -1, f // p_t, p_t, h // p_h, p_h, w // p_w, p_w)
-        tokens = patches.permute(0, 2, 4, 6, 1, 3, 5, 7).flatten(4).flatten(1, 3)  # (B, L, C x patch), C outermost
-        hidden = self.patch_embedding_mlp(tokens)
-        per_frame = (h // p_h) * (w // p_w)
-        out = self._stream(hidden, self.condition_embedder, self.proj_out, timesteps.repeat_interleave(per_frame, dim=1),
+        hidden, grid = self._video_tokens(latents)
+        out = self._stream(hidden, self.condition_embedder, self.proj_out, timesteps.repeat_interleave(grid[1] * grid[2], dim=1),
                            positions, text, text_kv, cache, mode)
-        return wan.unpatchify(self, out, (f // p_t, h // p_h, w // p_w))
+        return wan.unpatchify(self, out, grid)
 
     def action(self, actions: torch.Tensor, timesteps: torch.Tensor, positions: torch.Tensor, text: torch.Tensor,
                cache: KVCache | None = None, mode: WriteMode = WriteMode.TEMPORARY, text_kv: dict | None = None
                ) -> torch.Tensor:
         """Velocity (B, A, F, N) of actions (B, A, F, N) at per-frame timesteps (B, F); the rest as :meth:`video`."""
         b, a, f, n = actions.shape
-        hidden = self.action_embedder(actions.flatten(2).transpose(1, 2))
+        hidden = self._action_tokens(actions)
         out = self._stream(hidden, self.condition_embedder_action, self.action_proj_out,
                            timesteps.repeat_interleave(n, dim=1), positions, text, text_kv, cache, mode)
         return out.transpose(1, 2).unflatten(2, (f, n))
 
+    # ----------------------------------------------------------------- training: both streams, every chunk
+    def teacher_forced(self, streams: Streams, text: torch.Tensor, attn_mask: torch.Tensor, recompute: bool = False
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Velocities of the noisy video (B, C, F, H, W) and noisy actions (B, A, F, N) of ``streams``: every chunk of
+        the clips in one call, the four groups under ``attn_mask`` (L, L) (their ``forward_train``); text (B, Lt,
+        text_dim). Positions start at frame 0. ``recompute``: each block recomputed in backward."""
+        b, _, f = streams.noisy_video.shape[:3]
+        n = streams.noisy_actions.shape[-1]
+        groups = []
+        for latents, t in ((streams.noisy_video, streams.video_t), (streams.context_video, streams.context_t)):
+            tokens, grid = self._video_tokens(latents)
+            groups.append((tokens, self.condition_embedder, t.repeat_interleave(grid[1] * grid[2], dim=1)))
+        for actions, t in ((streams.noisy_actions, streams.action_t), (streams.context_actions, streams.context_action_t)):
+            groups.append((self._action_tokens(actions), self.condition_embedder_action, t.repeat_interleave(n, dim=1)))
+        hidden = torch.cat([tokens for tokens, _, _ in groups], dim=1)
+        times = [_time_embedding(embedder, t, hidden.dtype) for _, embedder, t in groups]
+        temb, mod = (torch.cat([pair[i] for pair in times], dim=1) for i in (0, 1))
+        start = torch.zeros(b, device=hidden.device)
+        video_at, action_at = video_positions(start, f, grid[1], grid[2]), action_positions(start, f, n)
+        ctx = LayerContext(
+            video_mod=mod, action_mod=None, video_text=self.condition_embedder.text_embedder(text), action_text=None,
+            rotary=rotary(torch.cat([video_at, video_at, action_at, action_at], dim=2), self.config.attention_head_dim),
+            backend=self.attention_kernel, attn_mask=attn_mask[None, None],
+        )
+        for index, block in enumerate(self.blocks):
+            if recompute and torch.is_grad_enabled():
+                hidden = checkpoint(self._block, block, index, hidden, ctx, None, None, None, use_reentrant=False)
+            else:
+                hidden = self._block(block, index, hidden, ctx, None, None, None)
+        out = self._head(hidden, temb)
+        video_len, action_len = groups[0][0].shape[1], groups[2][0].shape[1]
+        video = wan.unpatchify(self, self.proj_out(out[:, :video_len]), grid)
+        action = self.action_proj_out(out[:, 2 * video_len : 2 * video_len + action_len])
+        return video, action.transpose(1, 2).unflatten(2, (f, n))
+
     # ----------------------------------------------------------------- shared body
+    def _video_tokens(self, latents: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+        """Latents (B, C, F, H, W) -> tokens (B, L, D) and their grid (frames, rows, columns)."""
+        p_t, p_h, p_w = self.config.patch_size
+        b, _, f, h, w = latents.shape
+        patches = latents.reshape(b, -1, f // p_t, p_t, h // p_h, p_h, w // p_w, p_w)
+        tokens = patches.permute(0, 2, 4, 6, 1, 3, 5, 7).flatten(4).flatten(1, 3)  # (B, L, C x patch), C outermost
+        return self.patch_embedding_mlp(tokens), (f // p_t, h // p_h, w // p_w)
+
+    def _action_tokens(self, actions: torch.Tensor) -> torch.Tensor:
+        """Actions (B, A, F, N) -> one token per action (B, F N, D), frame-major."""
+        return self.action_embedder(actions.flatten(2).transpose(1, 2))
+
+    def _head(self, hidden: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        """The output norm, modulated by each token's timestep embedding (before the stream's projection)."""
+        shift, scale = (self.scale_shift_table[None] + temb[:, :, None]).unbind(2)
+        return (self.norm_out(hidden.float()) * (1 + scale) + shift).type_as(hidden)
+
     def _stream(self, hidden, embedder, proj_out, timesteps, positions, text, text_kv, cache, mode) -> torch.Tensor:
         """Tokens (B, L, D) at per-token timesteps (B, L) through every block, then the stream's output head."""
         temb, mod = _time_embedding(embedder, timesteps, hidden.dtype)
@@ -115,8 +167,7 @@ class LingBotVATransformer(ModelMixin, ConfigMixin):
             hidden = self._block(block, index, hidden, ctx, cache, slots, visible)
         if cache is not None and mode == WriteMode.TEMPORARY:
             cache.release(slots)
-        shift, scale = (self.scale_shift_table[None] + temb[:, :, None]).unbind(2)
-        return proj_out((self.norm_out(hidden.float()) * (1 + scale) + shift).type_as(hidden))
+        return proj_out(self._head(hidden, temb))
 
     def _block(self, block, index, hidden, ctx: LayerContext, cache, slots, visible) -> torch.Tensor:
         mods = wan.block_modulation(block, ctx.video_mod)
@@ -124,7 +175,7 @@ class LingBotVATransformer(ModelMixin, ConfigMixin):
         if cache is not None:
             cache.store(index, slots, k, v)
             k, v = cache.gather(index, visible)
-        out = attention(q, k.to(q.dtype), v.to(q.dtype), ctx.backend)
+        out = attention(q, k.to(q.dtype), v.to(q.dtype), ctx.backend, ctx.attn_mask)
         hidden = wan.finish_self_attention(block, hidden, out.flatten(2), mods)
         return cross_and_ffn(block, hidden, mods, ctx.video_text, ctx, index)
 

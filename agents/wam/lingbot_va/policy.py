@@ -12,6 +12,7 @@ longer held is refused (its cache is gone: it cannot be continued on a wrong one
 batching episodes is the broker's next step.
 
     policy = LingBotVAPolicy.from_release("lingbot-va-libero", "lingbot_va_libero")  # their folder as published
+    policy = LingBotVAPolicy.from_checkpoint("outputs/libero_lingbot_va_lora/checkpoint")  # python -m training's
     chunk = policy.predict(obs, noise_seeds=[7]).actions   # (1, 12 then 16, 7) LIBERO actions
 """
 
@@ -60,6 +61,35 @@ class LingBotVAPolicy:
 
         release = load_release(folder, convention(inputs), device=device, dtype=dtype)
         return cls(release.model, release.vae, release.prompts, release.config, convention(inputs), **kwargs)
+
+    @classmethod
+    def from_checkpoint(cls, folder: str | Path, inputs: str | None = None, device: str = "cpu",
+                        dtype: torch.dtype = torch.float32, **kwargs: Any) -> LingBotVAPolicy:
+        """One of our checkpoints (python -m training's: wam_config.json, their-layout transformer/, lora/), evaluated
+        by its own input convention; ``inputs``, when given (a protocol's), must be that one. LoRA adapters are
+        merged into the weights they adapt (the same numbers, one matrix product less per projection)."""
+        from agents.wam.lingbot_va.trained import load_lingbot_va
+        from agents.wam.lora import has_lora, merged_state_dict
+
+        model = load_lingbot_va(folder)
+        own = model.config.inputs
+        if own is None or (inputs is not None and inputs != own):
+            raise ValueError(f"{folder} holds a LingBot-VA trained under {own!r}, which the protocol's {inputs!r} is "
+                             f"not: evaluate it under the protocol of its convention")
+        if has_lora(model.transformer):
+            merged_state_dict(model.transformer)
+        model = model.to(device=device, dtype=dtype).eval()
+        return cls(model.transformer, model.vae, model.prompt_encoder(), model.config, convention(own), **kwargs)
+
+    @classmethod
+    def load(cls, folder: str | Path, inputs: str, device: str = "cpu", dtype: torch.dtype = torch.float32,
+             **kwargs: Any) -> LingBotVAPolicy:
+        """A release folder as published, or one of our LingBot-VA checkpoints, evaluated by the convention ``inputs``."""
+        from agents.wam.lingbot_va.folder import is_release
+
+        if is_release(folder):
+            return cls.from_release(folder, inputs, device=device, dtype=dtype, **kwargs)
+        return cls.from_checkpoint(folder, inputs, device=device, dtype=dtype, **kwargs)
 
     @property
     def episodes(self) -> int:

@@ -6,6 +6,10 @@ sigma = s u / (1 + (s - 1) u); the timestep the model sees is sigma x 1000. An E
 along the predicted velocity to the next level (0 after the last). Their server then runs one more call
 at timestep 0 on the denoised sample, only to write it into the KV cache (:mod:`agents.wam.lingbot_va.sampling`).
 Computed in float32 in their order of operations.
+
+Training (:mod:`agents.wam.lingbot_va.objective`) uses the same schedule at 1000 levels (their trainer's
+``set_timesteps(1000, training=True)``): a level is drawn per latent frame, and its loss is weighted by
+:meth:`FlowSchedule.training_weights`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,19 @@ class FlowSchedule:
         u = torch.linspace(1.0, 0.0, steps + 1)[:-1]
         sigmas = shift * u / (1 + (shift - 1) * u)
         return cls(sigmas, sigmas * NUM_TRAIN_TIMESTEPS)
+
+    @classmethod
+    def training(cls, shift: float) -> FlowSchedule:
+        """The 1000 levels training draws from (level 0 is pure noise, the last the least noisy)."""
+        return cls.build(NUM_TRAIN_TIMESTEPS, shift)
+
+    def training_weights(self) -> torch.Tensor:
+        """(N,) their loss weight of each level (``linear_timesteps_weights``): a bell over the timestep,
+        exp(-2 ((t - N/2) / N)^2), moved to 0 at its lowest and scaled to sum to N."""
+        n = len(self)
+        bell = torch.exp(-2 * ((self.timesteps - n / 2) / n) ** 2)
+        shifted = bell - bell.min()
+        return shifted * (n / shifted.sum())
 
     def __len__(self) -> int:
         return self.sigmas.numel()
