@@ -139,7 +139,13 @@ def test_init_states_fix_episodes(spatial):
         spatial.reset(options={"init_state_id": 50})
 
 
-@pytest.mark.parametrize("suite", SUITES)
+# Gymnasium's checker on every base suite, and on LIBERO-Pro once per perturbation, each on another base (every base
+# and every perturbation met once): the 16 Pro ids share one env class and differ only in their BDDL files, which
+# test_pro_tasks_are_their_base_suites_tasks checks for every id (the checker takes ~13 s an id).
+CHECKED_PRO = [f"Pro-{base}-{perturbation}" for base, perturbation in zip(PRO_BASES, PRO_PERTURBATIONS)]
+
+
+@pytest.mark.parametrize("suite", [n for n in SUITES if n not in PRO] + CHECKED_PRO)
 def test_gymnasium_env_checker(suite):
     env = gymnasium.make(f"wam_gym/LIBERO-{suite}-v0", task_id=0, render_mode="rgb_array", image_size=64)
     check_env(env.unwrapped, skip_render_check=False)
@@ -527,7 +533,8 @@ FASTWAM_CAMERAS = ("agentview", "robot0_eye_in_hand")
 def libero_views():
     """LIBERO-Spatial task 0, init state 0, settled with FastWAM's protocol's 30 no-ops, at 256 px: our env's
     upright observation, robosuite's raw frames as its own renderer draws them for the field's drivers and
-    FastWAM's evaluation (bottom row first), and robosuite's observation dict (their state's source)."""
+    FastWAM's evaluation (bottom row first), robosuite's observation dict (their state's source), and robosuite's
+    raw frames of the same state at 128 px, as LingBot-VA's LIBERO client renders them."""
     _needs_libero()
     from robosuite.utils.binding_utils import MjRenderContextOffscreen
 
@@ -537,7 +544,8 @@ def libero_views():
         sim = env._sim.sim
         sim.add_render_context(MjRenderContextOffscreen(sim, device_id=-1))
         raw = {camera: sim.render(camera_name=camera, height=256, width=256) for camera in FASTWAM_CAMERAS}
-        return obs, raw, dict(env._sim_obs)
+        small = {camera: sim.render(camera_name=camera, height=128, width=128) for camera in FASTWAM_CAMERAS}
+        return obs, raw, dict(env._sim_obs), small
     finally:
         env.close()
 
@@ -553,7 +561,7 @@ def test_fastwam_libero_inputs_are_their_evaluations_for_the_same_init_state(lib
     from agents.wam.fastwam.inputs import convention
     from agents.wam.normalization import Normalizer, from_fastwam_layout
 
-    obs, raw, o = libero_views
+    obs, raw, o, _ = libero_views
     their_state = theirs.state(o["robot0_eef_pos"], o["robot0_eef_quat"], o["robot0_gripper_qpos"])
     inputs = convention("fastwam_libero")
     expected = theirs.model_image(raw["agentview"], raw["robot0_eye_in_hand"])
@@ -629,19 +637,9 @@ def test_the_field_drivers_frames_reach_the_model_as_its_own_evaluation_feeds_it
 
     from agents.wam.frames import model_frames
 
-    obs, raw, o = libero_views
-    probe = tmp_path / "probe"
-    probe.mkdir()
+    obs, raw, _, _ = libero_views
     size = 224 if convention == "fastwam_libero" else 256
-    env = {**_main_venv_env(), "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "WAM_TEST_CONVENTION": convention,
-           "WAM_TEST_PROBE_DIR": str(probe), "WAM_TEST_IMAGE_SIZE": str(size)}
-    with launched(["EVALUATION.agent=python", "EVALUATION.policy=serve_policies:make_frames_probe",
-                   f"SERVE.cameras=[{','.join(FASTWAM_CAMERAS)}]", "SERVE.suite=libero"], python=str(MAIN_PYTHON),
-                  env=env, cwd=ROOT, log=tmp_path / "serve.log") as server:
-        _send_as_openpi_libero_example(server.port, raw, o, tmp_path)
-        _send_as_vla_eval_libero_benchmark(server.port, raw, obs["state"])
-        assert _server_stats(server.port)["frames"] == {"mirrored": 2}
-    fed = {driver: torch.from_numpy(np.load(probe / f"{call}.npy")) for call, driver in enumerate(("openpi", "vla-eval"))}
+    fed = _fed_by_the_drivers("make_frames_probe", convention, libero_views, tmp_path, WAM_TEST_IMAGE_SIZE=str(size))
     if convention == "fastwam_libero":
         expected = theirs.model_image(raw["agentview"], raw["robot0_eye_in_hand"])
         for driver, frames in fed.items():
@@ -653,6 +651,44 @@ def test_the_field_drivers_frames_reach_the_model_as_its_own_evaluation_feeds_it
     for driver, frames in fed.items():  # openpi's example resizes to 224 first: its frames are a little blurred
         error, wrong = float((frames - expected).abs().mean()), float((frames - mirrored).abs().mean())
         assert error < (1e-3 if driver == "vla-eval" else 0.02) and wrong > 10 * error, (driver, error, wrong)
+
+
+def _fed_by_the_drivers(probe: str, convention: str, libero_views, tmp_path: Path, **env: str) -> dict:
+    """The libero_views frame sent by openpi's LIBERO example and vla-eval's LIBERO benchmark to wam_gym.serve (main
+    venv) serving tests/serve_policies.py's ``probe`` for ``convention``: {driver: what the model would be fed}."""
+    import torch
+
+    obs, raw, o, _ = libero_views
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    env = {**_main_venv_env(), "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "WAM_TEST_CONVENTION": convention,
+           "WAM_TEST_PROBE_DIR": str(folder), **env}
+    with launched(["EVALUATION.agent=python", f"EVALUATION.policy=serve_policies:{probe}",
+                   f"SERVE.cameras=[{','.join(FASTWAM_CAMERAS)}]", "SERVE.suite=libero"], python=str(MAIN_PYTHON),
+                  env=env, cwd=ROOT, log=tmp_path / "serve.log") as server:
+        _send_as_openpi_libero_example(server.port, raw, o, tmp_path)
+        _send_as_vla_eval_libero_benchmark(server.port, raw, obs["state"])
+        assert _server_stats(server.port)["frames"] == {"mirrored": 2}
+    return {driver: torch.from_numpy(np.load(folder / f"{call}.npy")) for call, driver in enumerate(("openpi", "vla-eval"))}
+
+
+def test_the_field_drivers_frames_reach_lingbot_va_as_its_own_evaluation_feeds_it(libero_views, tmp_path):
+    """The same frame and drivers as above, for LingBot-VA's lingbot_va_libero convention (what a served release is
+    fed: tests/test_serve_lingbot_va.py serves one). Both drivers render at 256 px, their LIBERO client at 128: from
+    vla-eval's frame the model gets exactly what their server makes of that frame sent upright (its bilinear resize
+    to 128), and from both drivers' what their own client's 128 px frame of the same state gives, up to the
+    resolution it was rendered at; the frame mirrored, as a server that took it upright would feed it, is far off."""
+    import torch
+
+    _, raw, _, small = libero_views
+    fed = _fed_by_the_drivers("make_lingbot_va_frames_probe", "lingbot_va_libero", libero_views, tmp_path)
+    upright = {LINGBOT_KEYS[i]: raw[camera][::-1] for i, camera in enumerate(LINGBOT_CAMERAS)}
+    assert torch.equal(fed["vla-eval"], _lingbot_server_video([upright]))
+    theirs = _lingbot_server_video([_lingbot_client_obs(small)])
+    mirrored = _lingbot_server_video([{key: image[:, ::-1] for key, image in _lingbot_client_obs(small).items()}])
+    for driver, frames in fed.items():
+        error, wrong = float((frames - theirs).abs().mean()), float((frames - mirrored).abs().mean())
+        assert error < 0.05 and wrong > 5 * error, (driver, error, wrong)
 
 
 # scripts/tiny_fastwam_checkpoint.py's random FastWAM (their LIBERO geometry, chunk and convention), two tasks x two trials
