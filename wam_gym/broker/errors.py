@@ -1,0 +1,15 @@
+"""What the broker raises: in the caller's process (it could not serve) or in an actor's (its request failed)."""
+
+from __future__ import annotations
+
+
+class BrokerError(RuntimeError):
+    """The broker could not serve: workers failed to start, or kept dying."""
+
+
+class StartCancelled(BrokerError):
+    """The broker's start was cancelled (a server told to stop while its model workers loaded)."""
+
+
+class RemoteInferenceError(RuntimeError):
+    """A model worker raised while serving this request (bad input, NaN output, ...)."""
