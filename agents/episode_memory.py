@@ -5,7 +5,8 @@ what the cameras saw while the last chunk ran.
 So each of its model calls carries, beside the env contract's keys:
 
 - ``EPISODE`` (``"episode"``): an int64 id, new at every reset of the env: the model continues that episode's
-  state, or starts one for an id it has not seen;
+  state, or starts one for an id it has not seen; at the reset the agent tells its predictor the old id is
+  over (``Predictor.release_episode``), so the model lets its state go;
 - ``SEEN`` (``"seen"``): camera -> (T, H, W, 3) uint8, the frame after each action executed since the
   episode's last call, oldest first (T = 0 at its first call). The current observation is the last of them.
 
@@ -49,8 +50,10 @@ class MemoryChunkAgent(ChunkQueueAgent):
     def reset(self, env_ids: list[int] | None = None) -> None:
         super().reset(env_ids)
         for i in list(self._episodes) if env_ids is None else env_ids:
-            self._episodes.pop(i, None)
+            episode = self._episodes.pop(i, None)
             self._seen.pop(i, None)
+            if episode is not None:  # said now, so the model frees its state (a KV cache) before the next call
+                self.predictor.release_episode(episode)
 
     def reads_pixels(self, env_index: int = 0) -> bool:
         return True  # every frame goes back to the model with the next call

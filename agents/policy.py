@@ -15,7 +15,8 @@ does not depend on what it was batched with; a deterministic policy ignores them
 ``"video"``, ``"states"``), or the actions array itself: ``(B, action_horizon, action_dim)``
 in the env's units. :class:`agents.wam.WAMPolicy` is one such policy; ``EVALUATION.agent=python
 EVALUATION.policy=pkg.module:factory`` serves your own (``factory(device)`` builds it inside
-each model worker).
+each model worker). A policy that remembers each episode between calls (LingBot-VA) subclasses
+:class:`EpisodicPolicy`: the broker then keeps each episode on one model worker.
 
 Numpy only: this module sits below every model, so a policy needs no torch to be served.
 """
@@ -23,6 +24,7 @@ Numpy only: this module sits below every model, so a policy needs no torch to be
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, runtime_checkable
@@ -77,6 +79,29 @@ class Policy(Protocol):
     action_horizon: int
 
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Any: ...
+
+
+class EpisodicPolicy(ABC):
+    """A Policy that remembers each episode between its calls (an autoregressive WAM's KV cache, ...), and says
+    so by subclassing this. Each row of its calls carries the episode's id (``obs["episode"]``, driven by
+    :class:`agents.episode_memory.MemoryChunkAgent`). The inference broker then keeps every episode on the one
+    model worker that holds its state, and calls :meth:`end_episode` there when the episode is over. Declared,
+    not guessed from the methods a policy happens to have: a stateless policy with an ``end_episode`` of its own
+    must not have its calls pinned to one worker.
+
+    ``predict`` refuses a call (raises) before it changes any episode's state: a model worker whose call raises
+    runs the call's rows again one by one, so that one bad row fails alone, and a row whose episode had already
+    moved on would move on twice."""
+
+    action_horizon: int
+
+    @abstractmethod
+    def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Any: ...
+
+    @abstractmethod
+    def end_episode(self, episode: int) -> None:
+        """Let go of ``episode``'s state now: its env was reset, its actor is gone, or the run ends. An id not
+        held (never seen, or let go already) is no error."""
 
 
 def denoise_steps(policy: Policy) -> int | None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from agents.policy import ModelCost, Policy, Prediction, as_prediction, denoise_steps
+from agents.policy import EpisodicPolicy, ModelCost, Policy, Prediction, as_prediction, denoise_steps
 from envs.protocol import batch_size, stack_rows
 
 
@@ -63,6 +63,10 @@ class Predictor(Protocol):
     def end_episode(self, success: bool) -> None:
         """The episode ended (a policy server may hear how)."""
 
+    def release_episode(self, episode: int) -> None:
+        """The model may let go of what it remembers of episode ``episode`` (the id its calls carried,
+        agents/episode_memory.py): its env was reset. Nothing to let go of by default."""
+
     def close(self) -> None:
         """Release what this process holds (connections, pipes)."""
 
@@ -86,3 +90,7 @@ class PolicyPredictor(Predictor):
         prediction = as_prediction(self.policy.predict(obs, noise_seeds=seeds), rows)
         self.cost.add(time.perf_counter() - start, denoise_steps(self.policy))
         return prediction
+
+    def release_episode(self, episode: int) -> None:
+        if isinstance(self.policy, EpisodicPolicy):
+            self.policy.end_episode(episode)

@@ -291,7 +291,7 @@ def test_killed_actor_has_its_episode_retried_once(tmp_path):
     assert retried["attempts"] == 2 and retried["seed"] == killed_job.seed == SEED + killed_job.trial
     assert all(r["attempts"] == 1 for k, r in recs.items() if k != killed_job.key)
     assert all(r["steps"] == 60 for r in recs.values())
-    assert results_json(out)["reruns"] == {"actor_lost": 1, "server_lost": 0, "actors_stalled": 0}
+    assert results_json(out)["reruns"] == {"actor_lost": 1, "server_lost": 0, "worker_lost": 0, "actors_stalled": 0}
 
 
 def test_killed_model_worker_is_restarted_and_nothing_is_lost(tmp_path, tiny_ckpt):

@@ -282,7 +282,7 @@ def test_stalled_actor_is_killed_and_its_episode_retried(tmp_path, reference, fa
     assert hook.killed == [key] and hook.pool.stalled == 1
     recs = assert_same_episodes(out, reference, summary)
     assert {k: r["attempts"] for k, r in recs.items()} == {k: 2 if k == key else 1 for k in planned()}
-    assert summary["reruns"] == {"actor_lost": 1, "server_lost": 0, "actors_stalled": 1}
+    assert summary["reruns"] == {"actor_lost": 1, "server_lost": 0, "worker_lost": 0, "actors_stalled": 1}
     [warning] = [r for r in caplog.records if "made no progress" in r.getMessage()]
     assert warning.levelname == "WARNING" and f"{key[0]} trial {key[1]}" in warning.getMessage()
 

@@ -287,7 +287,7 @@ def test_server_killed_mid_episode_and_restarted_costs_a_retry_not_a_failure(tmp
     watcher.join()
     assert summary["complete"] and summary["error"] is None
     assert records(out)[0]["attempts"] == 2 and records(out)[0]["steps"] == STEPS
-    assert summary["reruns"] == {"actor_lost": 0, "server_lost": 1, "actors_stalled": 0}
+    assert summary["reruns"] == {"actor_lost": 0, "server_lost": 1, "worker_lost": 0, "actors_stalled": 0}
 
 
 def test_server_that_never_comes_back_stops_the_run_naming_it(tmp_path, vla_eval_server):

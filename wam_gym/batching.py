@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ class Request:
     noise_seed: int | None
     arrived: float  # time.monotonic() when its actor sent it (one clock for all processes of a machine)
     segment: str | None = None  # the actor's shared-memory slot holding obs's large arrays
+    worker: int | None = None  # the model worker that holds its episode (the broker's sessions); None: any
     key: Hashable = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,6 +55,10 @@ class Request:
 
 
 class Batcher:
+    """Pending requests in groups that may share a batch: the same input shapes and the same route (a request
+    of an episode goes to the model worker that holds it, ``Request.worker``; others to any worker). Methods
+    that take a ``worker`` consider only the groups it may take (None: every group)."""
+
     def __init__(self, batch_size: int, wait_ms: float):
         if batch_size < 1:
             raise ValueError(f"MULTIRUN.inference_batch_size must be >= 1, got {batch_size}")
@@ -69,14 +74,14 @@ class Batcher:
         self.free_since = float("-inf")
         self.hold_s = 0.0
         self.verdict: Callable[[list[Request]], str] | None = None
-        self._groups: OrderedDict[Hashable, list[Request]] = OrderedDict()
+        self._groups: OrderedDict[tuple[int | None, Hashable], list[Request]] = OrderedDict()  # (route, shapes)
 
     def __len__(self) -> int:
         return sum(len(g) for g in self._groups.values())
 
     def add(self, request: Request, front: bool = False) -> None:
         """Queue a request; ``front`` for one coming back from a dead worker (it goes first)."""
-        group = self._groups.setdefault(request.key, [])
+        group = self._groups.setdefault((request.worker, request.key), [])
         group.insert(0, request) if front else group.append(request)
 
     def drop_actor(self, actor_id: int) -> None:
@@ -88,9 +93,17 @@ class Batcher:
             else:
                 del self._groups[key]
 
-    def next_deadline(self) -> float | None:
-        """When the oldest pending group must be released (monotonic seconds), if any."""
-        return min((self._due(g) for g in self._groups.values()), default=None)
+    def take_routed(self, worker: int) -> list[Request]:
+        """Remove and return every request bound for ``worker`` (it lost its episodes)."""
+        taken = []
+        for key in [k for k in self._groups if k[0] == worker]:
+            taken += self._groups.pop(key)
+        return taken
+
+    def next_deadline(self, workers: Collection[int] | None = None) -> float | None:
+        """When the oldest pending group that one of ``workers`` may take must be released (monotonic
+        seconds), if any."""
+        return min((self._due(g) for k, g in self._groups.items() if _routable(k, workers)), default=None)
 
     def _due(self, group: list[Request]) -> float:
         """When a partial group is released without more company."""
@@ -99,21 +112,23 @@ class Batcher:
             return max(group[0].arrived, self.free_since) + max(self.hold_s, self.wait_s)
         return group[0].arrived + (0.0 if verdict == GO else self.wait_s)
 
-    def pop_ready(self, now: float) -> list[Request] | None:
-        """The next batch to run: a full group first, else the group whose wait expired first."""
-        if full := self.pop_full():
+    def pop_ready(self, now: float, worker: int | None = None) -> list[Request] | None:
+        """The next batch to run (on ``worker``): a full group first, else the group whose wait expired first."""
+        if full := self.pop_full(worker):
             return full
-        expired = [(g[0].arrived, k) for k, g in self._groups.items() if now >= self._due(g)]
+        workers = None if worker is None else (worker,)
+        expired = [(g[0].arrived, k) for k, g in self._groups.items() if _routable(k, workers) and now >= self._due(g)]
         return self._take(min(expired, key=lambda pair: pair[0])[1]) if expired else None
 
-    def pop_full(self) -> list[Request] | None:
-        """A full group (``limit`` requests), if there is one: what may wait for a busy worker."""
+    def pop_full(self, worker: int | None = None) -> list[Request] | None:
+        """A full group (``limit`` requests) ``worker`` may take, if there is one: what may wait for a busy worker."""
+        workers = None if worker is None else (worker,)
         for key, group in self._groups.items():
-            if len(group) >= self.limit:
+            if len(group) >= self.limit and _routable(key, workers):
                 return self._take(key)
         return None
 
-    def _take(self, key: Hashable) -> list[Request]:
+    def _take(self, key: tuple[int | None, Hashable]) -> list[Request]:
         group = self._groups[key]
         batch, rest = group[: self.limit], group[self.limit :]
         if rest:
@@ -121,6 +136,11 @@ class Batcher:
         else:
             del self._groups[key]
         return batch
+
+
+def _routable(key: tuple[int | None, Hashable], workers: Collection[int] | None) -> bool:
+    """Whether one of ``workers`` (None: any) may take the group ``key``: it is bound for none, or for one of them."""
+    return workers is None or (key[0] is None and bool(workers)) or key[0] in workers
 
 
 # Batch timings kept per batch size, and think times kept, for the Pacer's estimates.

@@ -2,6 +2,8 @@
 
 The same ``ModelServer`` runs inside a local process (``serve_forever``: batches in on a pipe,
 results out on the worker's own pipe) and inside a Ray actor (see wam_gym/ray_backend.py).
+A worker's inbox carries, in order: batches ``(batch_id, requests)``, :class:`EndEpisodes` (a model that
+remembers episodes lets them go) and ``None`` (stop).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from multiprocess.connection import wait
 
-from agents.policy import as_prediction, denoise_steps
+from agents.policy import EpisodicPolicy, as_prediction, denoise_steps
 from envs.protocol import stack_rows
 from wam_gym.batching import Request
 from wam_gym.shared_obs import AttachedSegments
@@ -54,6 +56,22 @@ def send(connection, message) -> None:
 def receive(connection):
     """The next message ``send`` wrote on ``connection``."""
     return decode(connection.recv_bytes())
+
+
+@dataclass
+class ModelInfo:
+    """What a worker says once its model is loaded."""
+
+    action_horizon: int
+    remembers_episodes: bool  # an agents.policy.EpisodicPolicy: each episode must stay on the worker holding it
+
+
+@dataclass
+class EndEpisodes:
+    """An inbox message: the model lets these episodes' state go (their actors moved on). It comes in order with
+    the batches, so it never overtakes a batch sent before it."""
+
+    episodes: list[int]
 
 
 @dataclass
@@ -109,8 +127,14 @@ class ModelServer:
         self._batch_memory: list[dict] = [{}, {}]  # stack_rows's reused memory, for alternate batches
 
     @property
-    def action_horizon(self) -> int:
-        return self.policy.action_horizon
+    def info(self) -> ModelInfo:
+        return ModelInfo(self.policy.action_horizon, isinstance(self.policy, EpisodicPolicy))
+
+    def end_episodes(self, episodes: Sequence[int]) -> None:
+        """Let the episodes' state go (the broker sends these only to a model that remembers episodes)."""
+        if isinstance(self.policy, EpisodicPolicy):
+            for episode in episodes:
+                self.policy.end_episode(episode)
 
     def run(self, batch_id: int, requests: Sequence[Request]) -> BatchResult:
         return self.run_batch(self.take(batch_id, requests))
@@ -185,10 +209,13 @@ def serve_forever(factory: PolicyFactory, device: str, worker_id: int, threads: 
         send(outbox, ("failed", worker_id, traceback.format_exc()))
         return
     try:
-        send(outbox, ("ready", worker_id, server.action_horizon))
+        send(outbox, ("ready", worker_id, server.info))
         batches = BatchFeed(server, inbox, broker)
         while (batch := batches.next()) is not None:
-            send(outbox, ("result", worker_id, server.run_batch(batch)))
+            if isinstance(batch, EndEpisodes):
+                server.end_episodes(batch.episodes)
+            else:
+                send(outbox, ("result", worker_id, server.run_batch(batch)))
     except BrokenPipeError:  # the broker closed its end: it is gone
         return
 
@@ -211,7 +238,7 @@ class BatchFeed:
     def __init__(self, server: ModelServer, inbox, broker: int):
         self.server, self.inbox, self.broker = server, inbox, broker
         self._lock = threading.Condition()  # notified when the batch read ahead is taken
-        self._ahead: Batch | None = None  # read while the batch before it ran
+        self._ahead: Batch | EndEpisodes | None = None  # read while the batch before it ran
         self._reading_ahead = False  # the thread may read the next batch while this one runs
         self._ended = False  # told to stop, the broker's pipe closed, or the broker gone: no more batches
         # ``next`` writes a byte here when it stops reading ahead: the thread, waiting on the inbox since the
@@ -219,8 +246,8 @@ class BatchFeed:
         self._stopped, self._stop = os.pipe()
         threading.Thread(target=self._read_ahead, name="wam-read-ahead", daemon=True).start()
 
-    def next(self) -> Batch | None:
-        """The next batch; ``None`` when told to stop or the broker is gone."""
+    def next(self) -> Batch | EndEpisodes | None:
+        """The next batch (or episodes to let go, in their turn); ``None`` when told to stop or the broker is gone."""
         with self._lock:
             batch, self._ahead = self._ahead, None
             was_reading_ahead, self._reading_ahead = self._reading_ahead, batch is not None or self.inbox.poll(0)
@@ -232,10 +259,12 @@ class BatchFeed:
                 self._lock.notify()
             return batch
 
-    def _take(self, message) -> Batch | None:
+    def _take(self, message) -> Batch | EndEpisodes | None:
         """``message``'s batch, stacked; ``None``, and the feed ended, when it is the end."""
         self._ended = message is None
-        return None if self._ended else self.server.take(*message)
+        if self._ended or isinstance(message, EndEpisodes):
+            return message
+        return self.server.take(*message)
 
     def _next_batch(self):
         """The next ``(batch_id, requests)``, waiting for it; ``None`` when told to stop or orphaned."""

@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any
 
-from wam_gym.model_worker import ModelServer, PolicyFactory
+from wam_gym.model_worker import ModelInfo, ModelServer, PolicyFactory
 from wam_gym.shared_obs import AttachedSegments
 
 logger = logging.getLogger(__name__)
@@ -29,14 +29,17 @@ class RayModelWorker:
         device = "cuda" if device.startswith("cuda") else device
         self.server = ModelServer(factory, device, worker_id, threads, batch_invariant)
 
-    def ready(self) -> int:
-        return self.server.action_horizon
+    def ready(self) -> ModelInfo:
+        return self.server.info
 
     def pid(self) -> int:
         return os.getpid()
 
     def run(self, batch_id: int, requests):
         return self.server.run(batch_id, requests)
+
+    def end_episodes(self, episodes: list[int]) -> None:
+        self.server.end_episodes(episodes)
 
 
 def ray_devices(config) -> list[str]:
@@ -99,6 +102,12 @@ class RayWorkerPool:
         requests = [dataclasses.replace(r, obs=self.segments.resolve(r.obs, copy=True), segment=None) for r in requests]
         with self._lock:
             self._pending[self.handles[i].run.remote(batch_id, requests)] = (i, "result", self.handles[i])
+
+    def end_episodes(self, i: int, episodes: list[int]) -> None:
+        """Worker ``i`` lets these episodes go. A Ray actor runs one caller's calls in the order they were made, so
+        this comes after the batches submitted before it; nobody waits for its answer."""
+        if self.alive(i):
+            self.handles[i].end_episodes.remote(episodes)
 
     def alive(self, i: int) -> bool:
         return self.handles[i] is not None and not self._dead[i]

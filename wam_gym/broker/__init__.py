@@ -13,6 +13,7 @@ Its parts, one module each:
 - ``inference_broker``: :class:`InferenceBroker`, what callers hold; builds the rest, registers actors;
 - ``dispatcher``: the one thread: batching, routing batches to workers, answering actors;
 - ``supervisor``: the model workers' start, who is idle and what each holds, restarts, the stall watchdog;
+- ``sessions``: the episodes of a model that remembers them: which worker holds each, live or lost;
 - ``mailbox``: every pipe the dispatcher waits on, in one epoll set; ``actors``: each actor's pipes and slot;
 - ``pool``: workers as local processes (``wam_gym/ray_backend.py``: as Ray actors); ``client``: an actor's end;
 - ``config`` (the MULTIRUN knobs), ``stats``, ``errors``.
@@ -31,21 +32,28 @@ the dispatcher, the next batch back and its stacking (a gap of ~12 ms a call at 
 fifth of a compiled tiny model's call on an H200); partial batches still wait for a free worker,
 as requests pile up into fuller batches. A worker that dies is restarted and the batches it held are
 sent again; so is one that holds a batch far longer than batches take (a hung GPU or driver: the
-watchdog SIGKILLs it); an actor that dies has its pending requests dropped. Pipes and queues stay
+watchdog SIGKILLs it); an actor that dies has its pending requests dropped.
+
+A model that remembers episodes (agents.policy.EpisodicPolicy) keeps each episode on the worker that
+served its first call: its calls go there, batched with that worker's other episodes; the episode is
+let go there when its actor resets the env, is forgotten, or the broker closes. A worker that dies
+loses its episodes: their calls are answered with EpisodeLost (restart the episode), never served
+by a fresh worker as if they continued (wam_gym/broker/sessions.py). Pipes and queues stay
 inside this process tree: nothing listens on a network socket (the Ray backend binds Ray to
 127.0.0.1 unless given a cluster).
 """
 
 from wam_gym.broker.client import CLIENT_WAIT_SLICE_S, BrokerClient
 from wam_gym.broker.config import BACKENDS, BROKER_RANGES, BrokerConfig, worker_devices
-from wam_gym.broker.errors import BrokerError, RemoteInferenceError, StartCancelled
+from wam_gym.broker.errors import BrokerError, EpisodeLost, RemoteInferenceError, StartCancelled
 from wam_gym.broker.inference_broker import InferenceBroker
 from wam_gym.broker.pool import LocalWorkerPool
+from wam_gym.broker.sessions import SessionRegistry
 from wam_gym.broker.stats import STATS_WINDOW, BrokerStats
 from wam_gym.broker.supervisor import MAX_HELD, STALL_MIN_SAMPLES, WATCH_INTERVAL_S
 
 __all__ = [
     "BACKENDS", "BROKER_RANGES", "CLIENT_WAIT_SLICE_S", "MAX_HELD", "STALL_MIN_SAMPLES", "STATS_WINDOW",
-    "WATCH_INTERVAL_S", "BrokerClient", "BrokerConfig", "BrokerError", "BrokerStats", "InferenceBroker",
-    "LocalWorkerPool", "RemoteInferenceError", "StartCancelled", "worker_devices",
+    "WATCH_INTERVAL_S", "BrokerClient", "BrokerConfig", "BrokerError", "BrokerStats", "EpisodeLost", "InferenceBroker",
+    "LocalWorkerPool", "RemoteInferenceError", "SessionRegistry", "StartCancelled", "worker_devices",
 ]

@@ -12,7 +12,7 @@ from agents.policy import ModelCost, Prediction
 from agents.predictor import Predictor
 from envs.protocol import batch_size, take_row
 from wam_gym.batching import Request
-from wam_gym.broker.errors import BrokerError, RemoteInferenceError
+from wam_gym.broker.errors import BrokerError, EpisodeLost, RemoteInferenceError
 from wam_gym.model_worker import decode, send
 from wam_gym.shared_obs import ObservationSlot
 
@@ -47,6 +47,13 @@ class BrokerClient(Predictor):
         """Drop this process's copy of the pipes (after handing the client to another, or when done)."""
         self.requests.close()
         self.replies.close()
+
+    def release_episode(self, episode: int) -> None:
+        """The broker lets episode ``episode`` go on the worker holding it (its env was reset)."""
+        try:
+            send(self.requests, ("release", self.actor_id, int(episode)))
+        except (BrokenPipeError, OSError):  # the broker is gone, and its workers with the episode
+            pass
 
     def predict(self, obs, noise_seeds=None) -> Prediction:
         n = batch_size(obs)
@@ -83,13 +90,13 @@ class BrokerClient(Predictor):
                     raise BrokerError("the evaluation manager exited; this actor stops") from None
                 continue
             try:
-                rid, row, error, model_s, denoise_steps = decode(self.replies.recv_bytes())
+                rid, row, error, model_s, denoise_steps, lost = decode(self.replies.recv_bytes())
             except (EOFError, OSError):
                 raise BrokerError("the inference broker has shut down; this actor stops") from None
             if rid not in pending:
                 continue  # a late answer to a call abandoned after an error
             if error is not None:
-                raise RemoteInferenceError(error)
+                raise (EpisodeLost if lost else RemoteInferenceError)(error)
             answers[rid] = row
             pending.discard(rid)
             self.cost.add(model_s, denoise_steps)

@@ -1,8 +1,15 @@
-"""The dispatcher: the broker's one thread. It takes the actors' requests, batches them (wam_gym/batching.py:
-size / wait, grouped by shape; the Pacer sets the size), hands each batch to a model worker (the supervisor's:
-an idle one, or, every worker busy, the pipe of the one whose batch started first: ``MAX_HELD``), and answers
-each actor from its batch's result. Between messages it lets the supervisor heal the workers, and deals with the
-batches a restarted worker held: they are sent again, first in the queue.
+"""The dispatcher: the broker's one thread. It takes the actors' requests, routes and batches them
+(wam_gym/batching.py: size / wait, grouped by shape and route; the Pacer sets the size), hands each batch to a
+model worker (the supervisor's: an idle one, or, every worker busy, the pipe of the one whose batch started
+first: ``MAX_HELD``), and answers each actor from its batch's result.
+
+Routing: a request of a stateless model goes to any worker. With a model that remembers episodes, a request
+carrying an episode id goes to the worker that holds its episode, and its batch is formed of that worker's
+requests only; a new episode's first request is placed by the session registry (wam_gym/broker/sessions.py).
+
+Between messages it lets the supervisor heal the workers, and deals with what a restarted worker held: its
+stateless batches are sent again, first in the queue; its episodes are lost, and their requests, held or
+queued, are answered with EpisodeLost.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from collections.abc import Callable
 from wam_gym.batching import Batcher, Pacer, Request
 from wam_gym.broker.actors import ActorLinks
 from wam_gym.broker.config import BrokerConfig
+from wam_gym.broker.errors import EpisodeLost, RemoteInferenceError
 from wam_gym.broker.mailbox import Mailbox
+from wam_gym.broker.sessions import SessionRegistry, episode_of, lost_error
 from wam_gym.broker.stats import BrokerStats
 from wam_gym.broker.supervisor import Lost, WorkerSupervisor
 from wam_gym.model_worker import BatchResult
@@ -28,9 +37,9 @@ IDLE_WAIT_S = 0.2
 
 
 class Dispatcher:
-    def __init__(self, config: BrokerConfig, supervisor: WorkerSupervisor, mailbox: Mailbox, actors: ActorLinks,
-                 stats: BrokerStats, reply: Callable[[int, tuple], None]):
-        self.supervisor, self.mailbox, self.actors, self.stats = supervisor, mailbox, actors, stats
+    def __init__(self, config: BrokerConfig, supervisor: WorkerSupervisor, sessions: SessionRegistry, mailbox: Mailbox,
+                 actors: ActorLinks, stats: BrokerStats, reply: Callable[[int, tuple], None]):
+        self.supervisor, self.sessions, self.mailbox, self.actors, self.stats = supervisor, sessions, mailbox, actors, stats
         self.reply = reply  # every answer to an actor leaves through it
         self.batcher = Batcher(config.inference_batch_size, config.inference_batch_wait_ms)
         self.pacer = Pacer(config.inference_batch_size) if config.batch_pacing else None
@@ -72,15 +81,16 @@ class Dispatcher:
 
     def _step(self) -> bool:
         # With every worker busy a due batch must wait for a result (a message) anyway: no spinning.
-        deadline = self.batcher.next_deadline() if self.supervisor.idle else None
+        idle = self.supervisor.idle
+        deadline = self.batcher.next_deadline(idle) if idle else None
         timeout = IDLE_WAIT_S if deadline is None else min(IDLE_WAIT_S, max(0.0, deadline - time.monotonic()))
         for message in self.mailbox.receive(timeout):
             if not self._handle(message):
                 return False
         if self.mailbox.worker_lost:  # its pipe ended: restart it now (watch checks every worker each second)
             self.mailbox.worker_lost = False
-            self._resend(self.supervisor.heal())
-        self._resend(self.supervisor.watch(time.monotonic()))
+            self._recover(self.supervisor.heal())
+        self._recover(self.supervisor.watch(time.monotonic()))
         self._dispatch()
         return True
 
@@ -97,6 +107,8 @@ class Dispatcher:
             self._freed(waited)
         elif kind == "failed":  # the worker exits now; heal() restarts it (the error is named if it gives up)
             self.supervisor.failed(a, b)
+        elif kind == "release":  # actor a's env was reset: its episode b is over
+            self.supervisor.end_episodes(self.sessions.release(a, b))
         elif kind == "actor_gone":
             self._actor_gone(a)
         elif kind == "stop":
@@ -104,17 +116,30 @@ class Dispatcher:
         return True
 
     def _request(self, request: Request) -> None:
-        self.batcher.add(request)
         if self.pacer is not None:
             self.pacer.arrived(request.actor_id, request.arrived)
         if request.segment is not None:
             self.actors.note_slot(request.actor_id, request.segment)
+        if self.supervisor.model.remembers_episodes:
+            try:
+                episode = episode_of(request.obs)
+                if episode is not None:
+                    request.worker = self.sessions.route(request.actor_id, episode)
+            except RemoteInferenceError as exc:  # its episode lost, another client's, or a malformed id: it fails alone
+                self._refuse(request, exc)
+                return
+        self.batcher.add(request)
+
+    def _refuse(self, request: Request, error: RemoteInferenceError) -> None:
+        """Answer ``request`` with ``error`` here, no worker asked (the reply says whether its episode was lost)."""
+        self.reply(request.actor_id, (request.request_id, None, str(error), 0.0, None, isinstance(error, EpisodeLost)))
 
     def _actor_gone(self, actor_id: int) -> None:
         self.batcher.drop_actor(actor_id)
         if self.pacer is not None:
             self.pacer.forget(actor_id)
         self.actors.remove(actor_id)
+        self.supervisor.end_episodes(self.sessions.forget_actor(actor_id))
 
     def _freed(self, waited: bool) -> None:
         """A worker may have become idle. Paced, a partial group waiting for stragglers of its last batch
@@ -125,12 +150,14 @@ class Dispatcher:
     # ----------------------------------------------------------------- batches
     def _dispatch(self) -> None:
         now = time.monotonic()
-        idle = self.supervisor.idle
-        while idle and (batch := self.batcher.pop_ready(now)):
-            self._submit(idle[0], batch, now)
-        # Every worker busy: a full batch waits in the pipe of the one whose batch started first.
-        while not idle and (room := self.supervisor.with_room(now)) and (batch := self.batcher.pop_full()):
-            self._submit(room[0], batch, now)
+        for worker in list(self.supervisor.idle):
+            if batch := self.batcher.pop_ready(now, worker):
+                self._submit(worker, batch, now)
+        # A busy worker: a full batch waits in the pipe of the one whose batch started first (that worker's own
+        # or one any worker may take: with a worker idle, the latter went to it above).
+        for worker in self.supervisor.with_room(now):
+            if batch := self.batcher.pop_full(worker):
+                self._submit(worker, batch, now)
 
     def _submit(self, worker: int, batch: list[Request], now: float) -> None:
         self.stats.add_batch([now - r.arrived for r in batch])
@@ -147,7 +174,7 @@ class Dispatcher:
         self.stats.stack_s.append(result.stack_seconds)
         share = result.model_seconds / max(1, len(result.replies))  # each request's part of the call
         for actor_id, request_id, row, error in result.replies:
-            self.reply(actor_id, (request_id, row, error, share, result.denoise_steps))
+            self.reply(actor_id, (request_id, row, error, share, result.denoise_steps, False))
         if self.pacer is not None:
             now = time.monotonic()
             self.pacer.batch_done(len(flight.requests), max(occupied, result.model_seconds))
@@ -156,12 +183,23 @@ class Dispatcher:
             self.batcher.limit = self.pacer.target(len(self.supervisor.pool), now)
             self.batcher.hold_s = self.pacer.hold_s()
 
-    def _resend(self, losses: list[Lost]) -> None:
-        """The batches restarted workers held go back to the front of the queue, the running one first, as it was."""
+    def _recover(self, losses: list[Lost]) -> None:
+        """What restarted workers held: the stateless batches go back to the front of the queue (the running one
+        first, as it was); the episodes are lost, and their requests, held or still queued, answered so."""
         for lost in losses:
-            self.stats.resent_batches += len(lost.batches)
+            episodes = self.sessions.lose_worker(lost.worker, lost.why)
+            doomed = self.batcher.take_routed(lost.worker)
+            resent = 0
             for flight in reversed(lost.batches):
-                for request in reversed(flight.requests):
+                again = [r for r in flight.requests if r.worker is None]
+                doomed += [r for r in flight.requests if r.worker is not None]
+                for request in reversed(again):
                     self.batcher.add(request, front=True)
-            if lost.batches:
-                logger.warning("model worker %d's %d batch(es) resent", lost.worker, len(lost.batches))
+                resent += bool(again)
+            for request in doomed:
+                self._refuse(request, lost_error(episode_of(request.obs), lost.worker, lost.why))
+            self.stats.resent_batches += resent
+            self.stats.lost_episodes += len(episodes)
+            if resent or episodes:
+                logger.warning("model worker %d: %d batch(es) resent, %d episode(s) lost (their next calls fail: "
+                               "restart them)", lost.worker, resent, len(episodes))

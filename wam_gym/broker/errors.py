@@ -13,3 +13,8 @@ class StartCancelled(BrokerError):
 
 class RemoteInferenceError(RuntimeError):
     """A model worker raised while serving this request (bad input, NaN output, ...)."""
+
+
+class EpisodeLost(RemoteInferenceError):
+    """The model worker that held this episode's state died or was restarted: the episode cannot continue (its
+    calls would run on a wrong, empty state). Restart the episode; evaluation reruns it from its start."""

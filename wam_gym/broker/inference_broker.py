@@ -15,6 +15,7 @@ from wam_gym.broker.dispatcher import Dispatcher
 from wam_gym.broker.errors import BrokerError
 from wam_gym.broker.mailbox import Mailbox
 from wam_gym.broker.pool import LocalWorkerPool
+from wam_gym.broker.sessions import SessionRegistry
 from wam_gym.broker.stats import BrokerStats
 from wam_gym.broker.supervisor import WorkerSupervisor
 from wam_gym.model_worker import PolicyFactory
@@ -40,9 +41,10 @@ class InferenceBroker:
             self.pool = LocalWorkerPool(factory, self.devices, config, self.ctx)
         self.mailbox = Mailbox(self.ctx, self.pool, self.actors)
         self.supervisor = WorkerSupervisor(self.pool, config, self.stats, self.mailbox)
+        self.sessions = SessionRegistry(len(self.pool))
         # Answers leave through self._reply, looked up at each answer: the one place every answer passes
         # (tests count answers there).
-        self.dispatcher = Dispatcher(config, self.supervisor, self.mailbox, self.actors, self.stats,
+        self.dispatcher = Dispatcher(config, self.supervisor, self.sessions, self.mailbox, self.actors, self.stats,
                                      lambda actor_id, message: self._reply(actor_id, message))
 
     # ----------------------------------------------------------------- lifecycle
@@ -62,6 +64,7 @@ class InferenceBroker:
 
     def close(self) -> None:
         self.dispatcher.stop()
+        self.supervisor.end_episodes(self.sessions.held())  # each lets its episodes go before it is told to stop
         self.pool.close()
         self.actors.close()
         self.mailbox.close()
@@ -75,7 +78,13 @@ class InferenceBroker:
     @property
     def action_horizon(self) -> int | None:
         """Actions per chunk, as the model workers said when they loaded (None before)."""
-        return self.supervisor.action_horizon
+        return None if self.supervisor.model is None else self.supervisor.model.action_horizon
+
+    @property
+    def remembers_episodes(self) -> bool:
+        """Whether the model keeps each episode's state between calls (agents.policy.EpisodicPolicy), as the
+        model workers said when they loaded: then each episode's calls go to the worker holding it."""
+        return self.supervisor.model is not None and self.supervisor.model.remembers_episodes
 
     @property
     def batcher(self):
@@ -95,7 +104,8 @@ class InferenceBroker:
         return BrokerClient(actor_id, request_writer, reply_reader, self.action_horizon)
 
     def forget_actor(self, actor_id: int) -> None:
-        """An actor died: drop its queued requests (in-flight ones are answered into the void)."""
+        """An actor died (or a server's client left): drop its queued requests (in-flight ones are answered into the
+        void) and let its episodes go on their workers."""
         self.mailbox.post(("actor_gone", actor_id, None))
 
     # ----------------------------------------------------------------- health

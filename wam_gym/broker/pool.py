@@ -8,7 +8,7 @@ from typing import Any
 
 from wam_gym.batching import Request
 from wam_gym.broker.config import BrokerConfig
-from wam_gym.model_worker import PolicyFactory, encode, serve_forever
+from wam_gym.model_worker import EndEpisodes, PolicyFactory, encode, serve_forever
 from wam_gym.outbox import Outbox
 
 
@@ -65,6 +65,12 @@ class LocalWorkerPool:
         """Sent from the dispatcher's own thread, never blocking it (a worker that died takes its
         batches with it: the broker restarts it and resends them)."""
         self.inboxes[i].put(encode((batch_id, requests)))
+
+    def end_episodes(self, i: int, episodes: list[int]) -> None:
+        """Worker ``i`` lets these episodes go (after the batches sent before: one pipe, in order). A worker that
+        died meanwhile took them with it."""
+        if self.inboxes[i] is not None:
+            self.inboxes[i].put(encode(EndEpisodes(episodes)))
 
     def alive(self, i: int) -> bool:
         return self.processes[i] is not None and self.processes[i].is_alive()

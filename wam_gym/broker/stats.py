@@ -29,6 +29,7 @@ class BrokerStats:
     worker_restarts: int = 0
     resent_batches: int = 0
     stalled_workers: int = 0  # killed by the watchdog (each also counts as a restart)
+    lost_episodes: int = 0  # episodes of a model that remembers them, lost with their worker (their actors restart them)
 
     def add_batch(self, waits_s: list[float]) -> None:
         self.batches += 1
@@ -56,4 +57,5 @@ class BrokerStats:
             "worker_restarts": self.worker_restarts,
             "resent_batches": self.resent_batches,
             "stalled_workers": self.stalled_workers,
+            "lost_episodes": self.lost_episodes,
         }

@@ -17,7 +17,7 @@ from wam_gym.broker.config import BrokerConfig
 from wam_gym.broker.errors import BrokerError, StartCancelled
 from wam_gym.broker.mailbox import Mailbox
 from wam_gym.broker.stats import STATS_WINDOW, BrokerStats
-from wam_gym.model_worker import BatchResult
+from wam_gym.model_worker import BatchResult, ModelInfo
 from wam_gym.utils.stats import percentile
 
 logger = logging.getLogger(__package__)  # the broker's parts log as one: "wam_gym.broker"
@@ -53,7 +53,7 @@ class Lost:
 class WorkerSupervisor:
     def __init__(self, pool, config: BrokerConfig, stats: BrokerStats, mailbox: Mailbox):
         self.pool, self.config, self.stats, self.mailbox = pool, config, stats, mailbox
-        self.action_horizon: int | None = None
+        self.model: ModelInfo | None = None  # what the workers said when they loaded the model (None before)
         self.idle: deque[int] = deque()
         self.in_flight: dict[int, deque[InFlight]] = {}  # worker -> the batches it holds, the running one first
         self.loading: dict[int, float] = {}  # worker -> when it must have loaded its model (monotonic)
@@ -104,9 +104,9 @@ class WorkerSupervisor:
                 raise BrokerError(f"model worker(s) {late} did not load the model within MULTIRUN.startup_timeout_s="
                                   f"{self.config.startup_timeout_s:g}")
 
-    def ready(self, worker: int, action_horizon: int) -> None:
+    def ready(self, worker: int, model: ModelInfo) -> None:
         """``worker`` loaded its model: it can take batches."""
-        self.action_horizon = action_horizon
+        self.model = model
         self.loading.pop(worker, None)
         self.idle.append(worker)
 
@@ -124,6 +124,11 @@ class WorkerSupervisor:
         self.in_flight.setdefault(worker, deque()).append(InFlight(batch_id, requests, now, first))
         self._served[worker] += 1
         self.pool.submit(worker, batch_id, requests)
+
+    def end_episodes(self, ends: dict[int, list[int]]) -> None:
+        """Tell each worker to let these episodes go (worker -> episodes)."""
+        for worker, episodes in ends.items():
+            self.pool.end_episodes(worker, episodes)
 
     def with_room(self, now: float) -> list[int]:
         """The busy workers with room for one more batch, the one whose running batch started first first; not

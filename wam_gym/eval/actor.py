@@ -3,8 +3,9 @@
 Envs are built lazily inside the actor (never in the manager: no GL context there, and no
 memory for suites nobody asked for) and kept per task. A WAM agent's model calls go to
 the broker through a :class:`~wam_gym.broker.BrokerClient`; a remote agent's to a policy server
-through its own :class:`~wam_gym.remote.RemotePolicy`. A policy server lost mid-episode is
-reported as ``retry``: the manager reruns the episode, it is no failure.
+through its own :class:`~wam_gym.remote.RemotePolicy`. A policy server lost mid-episode, or the model
+worker that held the episode's state (a model that remembers episodes), is reported as ``retry``: the
+manager reruns the episode from its start, it is no failure.
 
 Jobs come in and results go out on two pipes of the actor's own (with, once per task, what its
 env is: action space, camera shapes, for protocol.json), so a SIGKILL of one actor
@@ -32,6 +33,7 @@ from agents.factory import CHUNK_AGENTS
 from agents.predictor import Predictor
 from agents.realtime import Latency
 from envs.protocol import PIXELS
+from wam_gym.broker.errors import EpisodeLost
 from wam_gym.eval.imagination import ImaginationScore, ImaginationSpec
 from wam_gym.eval.run_protocol import observed_env
 from wam_gym.eval.tasks import Job
@@ -59,7 +61,7 @@ class ActorSpec:
     video_stride: int = 1  # a video frame every this many steps
     lazy_pixels: bool = False  # envs render only what is read (EVALUATION.render=needed)
     latency: Latency | None = None  # real-time mode's latency rule (EVALUATION.realtime); None: synchronous
-    remembers_episodes: bool = False  # the model keeps each episode's state between calls (a LingBot-VA release)
+    remembers_episodes: bool = False  # the model keeps each episode's state between calls (its workers said so: LingBot-VA)
     remote: RemoteSettings | None = None  # agent=remote: the policy server
     imagination: ImaginationSpec | None = None  # score the predicted frames (EVALUATION.imagination_score)
 
@@ -259,7 +261,9 @@ def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
             except ManagerGone:
                 return
             except PolicyServerLost as exc:  # not the episode's fault: the manager reruns it
-                message = ("retry", actor_id, (job, str(exc)))
+                message = ("retry", actor_id, (job, "server_lost", str(exc)))
+            except EpisodeLost as exc:  # its model worker died with the episode's state: rerun from the start
+                message = ("retry", actor_id, (job, "worker_lost", str(exc)))
             except Exception as exc:
                 message = ("error", actor_id, (job, type(exc).__name__, str(exc), traceback.format_exc()))
             results.send(message)

@@ -4,8 +4,9 @@ Every finished episode is written at once, atomically, to ``output_dir/episodes/
 started again with the same ``EVALUATION.output_dir`` runs exactly the episodes that have no
 record yet. An actor that dies has its episode retried on a fresh actor (up to
 ``EVALUATION.max_attempts``); a model worker that dies is restarted by the broker and its
-batch resent; an episode whose policy server (agent=remote) was lost is rerun from its start,
-also up to ``EVALUATION.max_attempts``. Nothing is counted twice: a record, once written, is never replaced.
+batch resent; an episode whose policy server (agent=remote) was lost, or whose state its model
+worker lost (a model that remembers episodes: the worker died), is rerun from its start, also up to
+``EVALUATION.max_attempts``. Nothing is counted twice: a record, once written, is never replaced.
 
 Episodes still running when a run stops on an error or Ctrl-C get ``STOP_GRACE_S`` to finish (SIGTERM,
 whose SIGKILL follows soon: ``TERM_GRACE_S``), and are kept; results.json then says what is missing and
@@ -30,7 +31,6 @@ import multiprocess
 import multiprocess.connection
 
 from agents.factory import AGENTS
-from agents.wam.lingbot_va.folder import is_lingbot_va
 from wam_gym.broker import InferenceBroker
 from wam_gym.eval import preflight, protocols
 from wam_gym.eval.actor import ActorSpec, actor_main
@@ -258,7 +258,7 @@ class EvalManager:
         self._foreign_tasks: set[str] = set()  # tasks whose env differs from the one on record (never kept)
         self.broker_stats: dict[str, Any] = {}
         # episodes this invocation ran again, by cause, and actors it killed for making no progress
-        self.reruns = {"actor_lost": 0, "server_lost": 0, "actors_stalled": 0}
+        self.reruns = {"actor_lost": 0, "server_lost": 0, "worker_lost": 0, "actors_stalled": 0}
         self.on_started = None  # test hook: called with (manager, actor pool, broker) once running
         self.server_model: Any = None  # agent=remote: what the server said it serves when the run began
 
@@ -324,7 +324,7 @@ class EvalManager:
             logger.info("removing %s, left by an interrupted run", path)
             path.unlink(missing_ok=True)
 
-    def _spec(self) -> ActorSpec:
+    def _spec(self, broker: InferenceBroker | None = None) -> ActorSpec:
         ev = self.config.EVALUATION
         return ActorSpec(
             agent=ev.agent, output_dir=str(self.output_dir), env_kwargs=self.env_kwargs,
@@ -332,7 +332,7 @@ class EvalManager:
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
             video_camera=ev.video_camera, video_fps=ev.video_fps, video_stride=ev.video_stride,
             lazy_pixels=ev.render == "needed", latency=ev.latency(),
-            remembers_episodes=ev.agent == "wam" and self.ckpt is not None and is_lingbot_va(self.ckpt),
+            remembers_episodes=broker is not None and broker.remembers_episodes,  # as its model declares
             remote=dataclasses.replace(RemoteSettings.from_evaluation(ev, self.tasks), expected_model=self.server_model)
             if ev.agent == "remote" else None,
             imagination=self.imagination,
@@ -351,7 +351,7 @@ class EvalManager:
         mr = self.config.MULTIRUN
         broker = self._broker(ctx)
         workers = len(broker.devices) if broker else mr.workers_per_gpu * max(1, mr.num_gpus)
-        actors = ActorPool(ctx, self._spec(), broker, self.config.EVALUATION.actor_stall_s)
+        actors = ActorPool(ctx, self._spec(broker), broker, self.config.EVALUATION.actor_stall_s)
         bar = tqdm(total=len(self.jobs), initial=done, unit="ep", desc=self.config.benchmark, dynamic_ncols=True)
         grace_s = STOP_GRACE_S
         try:
@@ -393,7 +393,7 @@ class EvalManager:
                 actors.release(actor_id)
                 if self._keep(payload):
                     bar.update(1)
-            elif kind == "retry":  # the policy server was lost mid-episode: no failure, run it again
+            elif kind == "retry":  # the policy server, or the episode's model worker, was lost: no failure, run it again
                 actors.release(actor_id)
                 self._rerun(*payload, todo)
         if errors:
@@ -458,15 +458,18 @@ class EvalManager:
             if todo:
                 actors.spawn()
 
-    def _rerun(self, job: Job, why: str, todo: deque[Job]) -> None:
-        url = self.config.EVALUATION.remote_url
+    def _rerun(self, job: Job, cause: str, why: str, todo: deque[Job]) -> None:
+        """Run ``job`` again from its start: ``cause`` (server_lost, worker_lost) cut it short, no fault of the policy."""
         if job.attempts >= self.config.EVALUATION.max_attempts:
-            raise EvalError(f"{job.task.name} trial {job.trial}: lost the policy server at {url} {job.attempts} times "
-                            f"(EVALUATION.max_attempts), last: {why}. Start the server, then run again with "
+            lost = (f"the policy server at {self.config.EVALUATION.remote_url}" if cause == "server_lost"
+                    else "the model worker holding its state")
+            fix = "Start the server, then run" if cause == "server_lost" else "Run"
+            raise EvalError(f"{job.task.name} trial {job.trial}: lost {lost} {job.attempts} times "
+                            f"(EVALUATION.max_attempts), last: {why}. {fix} again with "
                             f"EVALUATION.output_dir={self.output_dir} to resume")
         logger.warning("%s trial %d: %s; running the episode again", job.task.name, job.trial, why)
         todo.appendleft(Job(job.task, job.trial, job.seed, job.attempts + 1))
-        self.reruns["server_lost"] += 1
+        self.reruns[cause] += 1
 
     # ----------------------------------------------------------------- report
     def _report(self, wall_time_s: float, error: str | None, stopped: Stopped | None = None) -> dict[str, Any]:
@@ -481,7 +484,7 @@ class EvalManager:
             "wall_time_s": wall_time_s,
             "error": error if error or summary["complete"] else self._incomplete(keys),
             "broker": self.broker_stats,
-            "reruns": self.reruns,  # this invocation's: an actor died or was killed, or the policy server was lost
+            "reruns": self.reruns,  # this invocation's: an actor died or was killed, the policy server or a model worker was lost
             "init_state_pinned_to_trial": any(t.pins_init_state for t in self.tasks),
             "protocol_hash": self.protocol.hash,  # of protocol.json's protocol and observed parts
             "protocol": self.protocol.record,  # protocol.json: what the episodes are, and the agent that ran them

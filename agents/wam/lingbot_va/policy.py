@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from agents.episode_memory import EPISODE, SEEN
-from agents.policy import Prediction
+from agents.policy import EpisodicPolicy, Prediction
 from agents.wam.lingbot_va.config import LingBotVAConfig
 from agents.wam.lingbot_va.inputs import LingBotVAInputs, convention
 from agents.wam.lingbot_va.prompt import PromptEncoder
@@ -38,7 +38,7 @@ from envs.protocol import INSTRUCTION, PIXELS
 MAX_EPISODES = 16  # episodes a worker holds at once (one per actor it serves, in evaluation)
 
 
-class LingBotVAPolicy:
+class LingBotVAPolicy(EpisodicPolicy):
     """Their model, VAE and text encoder, one input convention, and the episodes in flight."""
 
     def __init__(self, model, vae, prompts: PromptEncoder, config: LingBotVAConfig, inputs: LingBotVAInputs,
@@ -110,7 +110,8 @@ class LingBotVAPolicy:
         return Prediction(np.stack(chunks))
 
     def end_episode(self, episode: int) -> None:
-        """Release an episode's state (its cache) now."""
+        """Release an episode's state (its cache) now: the broker calls it on the episode's worker when its env
+        is reset, its actor is gone or the run ends."""
         self._episodes.pop(episode, None)
         self._last_chunk.pop(episode, None)
 
