@@ -127,6 +127,16 @@ def test_a_reset_starts_a_new_episode_and_an_unknown_one_is_refused(io, parts):
              SEEN: {c: frames[1:5, i].numpy()[None] for i, c in enumerate(CAMERAS)}}
     with pytest.raises(ValueError, match="episode 12345 continues .* its state is not held here"):
         policy.predict(stray)
+    # a call whose first row continues a held episode and whose second cannot: refused before the first is fed back
+    # (a worker retries a failed call row by row: that row must not be fed back twice)
+    held = next(iter(policy._episodes))
+    before = (policy._episodes[held].frame, policy._episodes[held].generator.get_state())
+    pair = {"pixels": {c: np.concatenate([x, x]) for c, x in stray["pixels"].items()},
+            "state": np.concatenate([stray["state"]] * 2), "instruction": stray["instruction"] * 2,
+            EPISODE: np.array([held, 12345]), SEEN: {c: np.concatenate([x, x]) for c, x in stray[SEEN].items()}}
+    with pytest.raises(ValueError, match="episode 12345 continues"):
+        policy.predict(pair)
+    assert policy._episodes[held].frame == before[0] and torch.equal(policy._episodes[held].generator.get_state(), before[1])
 
 
 def test_a_call_without_episode_memory_is_refused(io, parts):

@@ -102,12 +102,20 @@ class LingBotVAPolicy(EpisodicPolicy):
             raise ValueError("a LingBot-VA call needs each row's episode id and the frames seen since its last call "
                              "(obs['episode'], obs['seen']): drive it with agents.episode_memory.MemoryChunkAgent")
         rows = len(obs[EPISODE])
+        self._check_rows(obs)
         seeds = list(noise_seeds) if noise_seeds is not None else [None] * rows
-        chunks = [self._row(obs, i, seeds[i]) for i in range(rows)]
-        if len({len(c) for c in chunks}) > 1:
+        return Prediction(np.stack([self._row(obs, i, seeds[i]) for i in range(rows)]))
+
+    def _check_rows(self, obs: Mapping[str, Any]) -> None:
+        """Refuse a call before any episode changes (an EpisodicPolicy's contract: a worker retries a failed call row
+        by row, and a row already fed back must not be fed back twice)."""
+        steps = {len(frames) for seen in obs[SEEN].values() for frames in seen}
+        if len({n == 0 for n in steps}) > 1:
             raise ValueError("rows of one call must be at the same point of their episodes (first chunk or not): "
                              "MemoryChunkAgent groups them so")
-        return Prediction(np.stack(chunks))
+        if 0 not in steps:
+            for episode in obs[EPISODE]:
+                self._continued(int(episode), max(steps))
 
     def end_episode(self, episode: int) -> None:
         """Release an episode's state (its cache) now: the broker calls it on the episode's worker when its env
