@@ -688,14 +688,15 @@ def test_the_field_drivers_frames_reach_lingbot_va_as_its_own_evaluation_feeds_i
     mirrored = _lingbot_server_video([{key: image[:, ::-1] for key, image in _lingbot_client_obs(small).items()}])
     for driver, frames in fed.items():
         error, wrong = float((frames - theirs).abs().mean()), float((frames - mirrored).abs().mean())
-        assert error < 0.05 and wrong > 5 * error, (driver, error, wrong)
+        # measured: 0.021 (openpi), 0.020 (vla-eval), 2.7 grey levels of 255; mirrored 0.30
+        assert error < 0.03 and wrong > 10 * error, (driver, error, wrong)
 
 
 # scripts/tiny_fastwam_checkpoint.py's random FastWAM (their LIBERO geometry, chunk and convention), two tasks x two trials
 FASTWAM_TASKS, FASTWAM_TRIALS = (f"{SPATIAL}:0", f"{SPATIAL}:1"), 2
 
 
-@pytest.mark.slow  # four 400-step episodes rendered at 256 px: about 3 minutes on 2 CPU cores
+@pytest.mark.slow  # four 400-step episodes, a 256 px frame every 10 steps: about 2.5 minutes on 2 CPU cores
 def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
     """The protocol's whole episodes (30 settle steps, 400 policy steps, chunks of 32 replanned every 10), two
     Spatial tasks x two trials from this venv against the tiny FastWAM served by the main venv; the server's
@@ -706,15 +707,14 @@ def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
                           env=_main_venv_env(), capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stderr[-3000:]
     out = tmp_path / "eval"
-    with launched([f"ckpt={ckpt}", "MULTIRUN.inference_batch_size=4", "MULTIRUN.inference_batch_wait_ms=200"],
+    # only the frames read are rendered (1 step in 10): the 4 envs' replans may drift apart by a render or two, and a
+    # request waits up to a second for the others' so the server's broker still batches them
+    with launched([f"ckpt={ckpt}", "MULTIRUN.inference_batch_size=4", "MULTIRUN.inference_batch_wait_ms=1000"],
                   python=str(MAIN_PYTHON), env=_main_venv_env(), cwd=ROOT, log=tmp_path / "serve.log") as server:
         command = [sys.executable, "-m", "wam_gym.eval", "benchmark=libero", "EVALUATION.agent=remote",
                    f"EVALUATION.remote_url=ws://127.0.0.1:{server.port}", "EVALUATION.protocol=fastwam_libero",
                    f"MULTIRUN.task_sets=[{','.join(FASTWAM_TASKS)}]", f"EVALUATION.num_trials={FASTWAM_TRIALS}",
-                   "MULTIRUN.env_num_per_worker=4", f"EVALUATION.output_dir={out}",
-                   # every step rendered keeps the 4 actors' replans in step, so the server's broker batches them
-                   # (rendering only what is read, they drift apart and each call may go alone)
-                   "EVALUATION.render=every_step"]
+                   "MULTIRUN.env_num_per_worker=4", f"EVALUATION.output_dir={out}"]
         ran = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500,
                              env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
         assert ran.returncode == 0, (ran.stdout + ran.stderr)[-5000:]
