@@ -81,21 +81,24 @@ cd "$(dirname "$0")/.."
 
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "WARNING: Location" >&2); }
+# --no-compile: pip would byte-compile every module of every package (torch's alone is minutes of CPU); Python
+# compiles the ones a program imports, once, on first import.
+install() { pip install --no-compile "$@"; }
 
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "[install] NVIDIA GPU found: installing the default (CUDA) torch build"
-    pip install "torch>=2.4"
+    install "torch>=2.4"
   else
     echo "[install] no NVIDIA GPU: installing the CPU build torch==2.13.0"
-    pip install "torch==2.13.0"
+    install "torch==2.13.0"
   fi
 fi
 # DeepSpeed (train extra) would otherwise try to compile its CUDA/CPU ops at install time;
 # they are built on first use instead.
 export DS_BUILD_OPS=${DS_BUILD_OPS:-0}
 echo "[install] wam_gym[$extras] into $venv"
-pip install -e ".[$extras]"
+install -e ".[$extras]"
 
 # ManiSkill3 renders through Vulkan; Debian 12's lavapipe (Mesa 22.3) is too old for SAPIEN 3
 # ("Failed to find a supported physical device"), bookworm-backports' Mesa 25 works. The
