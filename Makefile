@@ -16,7 +16,7 @@ SUITE_EXTRAS_libero := ,interop,model
 PYTEST_ARGS ?=
 DEMO_DIR    ?= outputs/demo
 
-.PHONY: install test test-main test-fast suite-venvs deepspeed-ops test-suites demo demo-world-model docs list-envs bench clean
+.PHONY: install test test-main test-fast suite-venvs deepspeed-ops test-suites test-late demo demo-world-model docs list-envs bench clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	scripts/install.sh $(VENV) $(EXTRAS)
@@ -26,13 +26,18 @@ install: $(VENV)/.installed
 
 # Three lines of work side by side on the machine's two cores: the main venv's tests; DeepSpeed's CPU ops compiling
 # (the ZeRO-offload test would otherwise compile them inside the tests' time, ~2.5 min); the simulators' and
-# openpi-client's venvs installing (network and disk, mostly), then the simulators' tests. The suites' lines
-# come prefixed with their venv's name.
+# openpi-client's venvs installing, then the simulators' tests (their lines prefixed with the venv's name), then
+# the main tests named in MAIN_LATE (prefixed [late]), which balance the two lines (the main tests alone are the longer line).
 test:
-	$(MAKE) -j3 test-main deepspeed-ops test-suites
+	$(MAKE) -j3 test-main deepspeed-ops test-late MAIN_LATE="tests/test_docs.py"
 
+MAIN_LATE ?=
 test-main: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(MAIN_LATE:%=--ignore=%) $(PYTEST_ARGS)
+
+test-late: test-suites
+	@$(if $(strip $(MAIN_LATE)),$(VENV)/bin/python -m pytest $(MAIN_LATE) $(PYTEST_ARGS) 2>&1 | sed -u "s/^/[late] /"; \
+	  test $${PIPESTATUS[0]} -eq 0)
 
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
