@@ -84,3 +84,26 @@ class FramesProbe(MarkerPolicy):
 
 def make_frames_probe(device: str) -> FramesProbe:
     return FramesProbe(os.environ.get("WAM_TEST_CAMERAS", "agentview,robot0_eye_in_hand").split(","))
+
+
+class LingBotVAFramesProbe(MarkerPolicy):
+    """Saves the frames LingBot-VA's input convention WAM_TEST_CONVENTION (agents/wam/lingbot_va/inputs.py) hands
+    its VAE for each row's observation, (cameras, 3, 1, h, w) float32 as their server's ``_encode_obs`` stacks them,
+    to WAM_TEST_PROBE_DIR/<call>.npy; answers as MarkerPolicy."""
+
+    def __init__(self, cameras):
+        from agents.wam.lingbot_va.inputs import convention
+
+        super().__init__(cameras)
+        self.inputs, self.calls = convention(os.environ["WAM_TEST_CONVENTION"]), 0
+
+    def predict(self, obs, noise_seeds=None):
+        video = self.inputs.video({camera: np.asarray(obs["pixels"][camera])[:1] for camera in self.cameras})
+        np.save(Path(os.environ["WAM_TEST_PROBE_DIR"]) / f"{self.calls}.npy",
+                np.stack([video[camera].numpy() for camera in self.cameras]))
+        self.calls += 1
+        return super().predict(obs, noise_seeds)
+
+
+def make_lingbot_va_frames_probe(device: str) -> LingBotVAFramesProbe:
+    return LingBotVAFramesProbe(os.environ.get("WAM_TEST_CAMERAS", "agentview,robot0_eye_in_hand").split(","))

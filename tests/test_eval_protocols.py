@@ -132,11 +132,16 @@ def test_hydra_overrides_apply_it(tmp_path):
         eval_config("EVALUATION.protocol=fastwam_libero", "EVALUATION.seed=7")
 
 
-def test_a_server_refuses_it():
+def test_a_server_serves_by_it():
+    """EVALUATION.protocol is a model-call knob, the server's too: it serves by the protocol's chunk rules (and a
+    LingBot-VA release takes its input convention from it: tests/test_serve_lingbot_va.py)."""
+    from wam_gym.model_call import ModelCallConfig
+    from wam_gym.serve.__main__ import serve_by_protocol
     from wam_gym.serve.config import refuse_episode_knobs
 
-    with pytest.raises(ValueError, match="EVALUATION.protocol is an evaluation knob .* runs no episodes"):
-        refuse_episode_knobs([f"EVALUATION.protocol={FASTWAM}"])
+    refuse_episode_knobs([f"EVALUATION.protocol={FASTWAM}"])  # not an episode knob: no error
+    ev = ModelCallConfig(protocol=FASTWAM)
+    assert serve_by_protocol(ev, None) == FASTWAM and (ev.replan_steps, ev.num_inference_steps) == (10, 10)
 
 
 # ----------------------------------------------------------------- what a run evaluates

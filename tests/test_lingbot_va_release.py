@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,14 +68,20 @@ def test_a_release_loads_whole_and_writes_back_in_their_layout(release, tmp_path
         load_release(tmp_path / "copy", convention("lingbot_va_libero"))
 
 
-def test_the_policy_server_refuses_a_release_in_one_line(release, tmp_path):
-    ran = subprocess.run([sys.executable, "-m", "wam_gym.serve", f"ckpt={release}"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+@pytest.mark.parametrize("overrides, message", [
+    ([], r"is a LingBot-VA release folder, which carries no evaluation settings: name the protocol it is evaluated "
+         r"under, EVALUATION\.protocol=lingbot_va_libero"),
+    (["EVALUATION.protocol=lingbot_va_libero", "EVALUATION.replan_steps=4"],
+     r"^EVALUATION\.replan_steps=4 departs from lingbot_va_libero's 16, by which a LingBot-VA is served "
+     r"\(its convention fixes its sampling; its chunks run whole\): drop it$"),
+])
+def test_the_policy_server_refuses_a_release_without_its_protocol_in_one_line(release, tmp_path, overrides, message):
+    """python -m wam_gym.serve serves a release (tests/test_serve_lingbot_va.py) under its protocol, as eval does."""
+    ran = subprocess.run([sys.executable, "-m", "wam_gym.serve", f"ckpt={release}", *overrides], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert ran.returncode != 0 and "Traceback" not in ran.stderr
-    assert ran.stderr.strip().splitlines()[-1] == (
-        f"error: ckpt={release} is a LingBot-VA release, which keeps each episode's state between calls: python -m "
-        "wam_gym.serve does not serve it yet; evaluate it with python -m wam_gym.eval EVALUATION.agent=wam "
-        "(docs/lingbot_va.md)")
+    assert re.search(message, ran.stderr.strip().splitlines()[-1].removeprefix("error: "))
 
 
 def test_inspect_names_the_architecture_and_counts_parameters_from_headers(release):

@@ -44,9 +44,6 @@ class EvaluationConfig(ModelCallConfig):
     # baseline's; wam_gym/eval/imagination.py). null: when the frames are decoded anyway (visualize_future_video,
     # a joint-video model); true: decode them for it (agent=wam, joint models; costs a VAE decode per model call)
     imagination_score: bool | None = None
-    # a named evaluation protocol (wam_gym/eval/protocols.py: fastwam_libero): fixes the env kwargs, step limits,
-    # replan_steps, action_horizon, num_inference_steps and seed as another project evaluates; null: ours (openpi's)
-    protocol: str | None = None
     num_trials: int = 10  # episodes per task; trial k uses seed + k
     # stop when the answer is known (wam_gym/eval/stopping.py: anytime-valid, so stopping early costs no validity)
     target_ci_halfwidth: float | None = None  # a task stops once its interval is this tight (e.g. 0.1); null: off
@@ -91,7 +88,6 @@ class EvaluationConfig(ModelCallConfig):
                 raise ValueError(f"EVALUATION.{name}='' is empty: give a path (or leave it out for its default)")
         if self.remote_frames is not None:
             check_orientation(self.remote_frames, "EVALUATION.remote_frames")
-        protocols.named(self.protocol)  # a known name (what it fixes is applied by EvalConfig, which has env_kwargs)
 
     def latency(self) -> Latency | None:
         """Real-time mode's latency rule; None: synchronous."""

@@ -32,7 +32,6 @@ def build_server(config):
     """The server for ``config``, every input checked before a model worker starts."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from agents.wam.lingbot_va.folder import is_release
     from wam_gym.broker import InferenceBroker
     from wam_gym.eval import preflight
     from wam_gym.policies import policy_factory
@@ -42,24 +41,15 @@ def build_server(config):
     ev, s = config.EVALUATION, config.SERVE
     ckpt = stats = None
     if ev.agent == "wam":
-        if config.ckpt is not None and is_release(config.ckpt):  # drivers send no episode ids nor frames between calls
-            raise ValueError(f"ckpt={config.ckpt} is a LingBot-VA release, which keeps each episode's state between "
-                             "calls: python -m wam_gym.serve does not serve it yet; evaluate it with "
-                             "python -m wam_gym.eval EVALUATION.agent=wam (docs/lingbot_va.md)")
-        ckpt, model, stats = preflight.wam_checkpoint(config.ckpt, ev)
-        if s.cameras and sorted(s.cameras) != sorted(model.cameras):  # every request would lack one, or carry a stray
-            raise ValueError(f"SERVE.cameras={list(s.cameras)} are not the checkpoint's cameras {list(model.cameras)}: "
-                             "drop SERVE.cameras (the checkpoint's are served), or list exactly those")
-        protocol = serve_by_protocol(ev, model.input_convention)
-        served = ServedModel(tuple(s.cameras or model.cameras), model.state_dim, model.action_dim, name=ckpt.name,
-                             suite=s.suite or model.suite, convention=model.input_convention, protocol=protocol)
+        ckpt, stats, served = served_checkpoint(config)
     else:
         preflight.check_python_policy(ev)
         if not s.cameras:
             raise ValueError("EVALUATION.agent=python needs SERVE.cameras=[...]: the cameras your policy takes, in order")
         if len(set(s.cameras)) != len(s.cameras) or not all(isinstance(c, str) and c.strip() for c in s.cameras):
             raise ValueError(f"SERVE.cameras={list(s.cameras)}: name each camera your policy takes once, none empty")
-        served = ServedModel(tuple(s.cameras), name=ev.policy, suite=s.suite)  # its sizes: known once it answers
+        protocol = serve_by_protocol(ev, None)
+        served = ServedModel(tuple(s.cameras), name=ev.policy, suite=s.suite, protocol=protocol)  # sizes: once it answers
     broker = InferenceBroker(policy_factory(ev, config.MULTIRUN.prompt_cache_size, ckpt, stats), config.MULTIRUN)
     try:
         server_version = version("wam_gym")
@@ -68,15 +58,39 @@ def build_server(config):
     return PolicyServer(config, broker, served, served_identity(config, ckpt, stats), server_version)
 
 
-def serve_by_protocol(ev, convention: str) -> str | None:
-    """A checkpoint made for an evaluation protocol (its input convention names it: FastWAM's LIBERO release) is
-    served by that protocol's chunk rules (fastwam_libero: its chunk of 32 replanned every 10, 10 denoising
-    steps) where the user left the knob at its default; a knob set otherwise wins, with a warning. Returns the
-    protocol's name (None: no protocol)."""
-    from wam_gym.eval.protocols import of_convention
+def served_checkpoint(config):
+    """``(checkpoint dir, its statistics file, the ServedModel)`` for EVALUATION.agent=wam, all checked: one of our
+    checkpoints, or a LingBot-VA (a release folder, or one python -m training wrote), which its protocol's input
+    convention describes (EVALUATION.protocol is required, as in evaluation)."""
+    from agents.wam.lingbot_va.folder import is_lingbot_va
+    from agents.wam.lingbot_va.inputs import convention
+    from wam_gym.eval import preflight, protocols
+    from wam_gym.serve.hello import ServedModel
+
+    ev, s = config.EVALUATION, config.SERVE
+    protocols.check_checkpoint_inputs(protocols.named(ev.protocol), config.ckpt)  # as evaluation checks it
+    ckpt, model, stats = preflight.wam_checkpoint(config.ckpt, ev)
+    if s.cameras and sorted(s.cameras) != sorted(model.cameras):  # every request would lack one, or carry a stray
+        raise ValueError(f"SERVE.cameras={list(s.cameras)} are not the checkpoint's cameras {list(model.cameras)}: "
+                         "drop SERVE.cameras (the checkpoint's are served), or list exactly those")
+    lingbot = is_lingbot_va(ckpt)  # its settings are its protocol's input convention (preflight checked it)
+    inputs = protocols.named(ev.protocol).model_inputs if lingbot else model.input_convention
+    suite = convention(inputs).suite if lingbot else model.suite
+    protocol = serve_by_protocol(ev, inputs, strict=lingbot)
+    return ckpt, stats, ServedModel(tuple(s.cameras or model.cameras), model.state_dim, model.action_dim,
+                                    name=ckpt.name, suite=s.suite or suite, convention=inputs, protocol=protocol)
+
+
+def serve_by_protocol(ev, convention: str | None, strict: bool = False) -> str | None:
+    """A model is served by an evaluation protocol's chunk rules: EVALUATION.protocol's, else the protocol its
+    input convention was made for (FastWAM's LIBERO release: fastwam_libero, its chunk of 32 replanned every 10,
+    10 denoising steps), where the user left the knob at its default. A knob set otherwise wins, with a warning;
+    ``strict`` (a LingBot-VA, whose convention fixes its sampling and whose chunks run whole) refuses it.
+    Returns the protocol's name (None: no protocol)."""
+    from wam_gym.eval.protocols import named, of_convention
     from wam_gym.model_call import ModelCallConfig
 
-    protocol = of_convention(convention)
+    protocol = named(ev.protocol) or of_convention(convention)
     if protocol is None:
         return None
     defaults = ModelCallConfig()
@@ -84,6 +98,9 @@ def serve_by_protocol(ev, convention: str) -> str | None:
         value, fixed = getattr(ev, knob), getattr(protocol, knob)
         if value == getattr(defaults, knob):
             setattr(ev, knob, fixed)
+        elif value != fixed and strict:
+            raise ValueError(f"EVALUATION.{knob}={value} departs from {protocol.name}'s {fixed}, by which a LingBot-VA "
+                             "is served (its convention fixes its sampling; its chunks run whole): drop it")
         elif value != fixed:
             logger.warning("EVALUATION.%s=%s departs from %s's %s: served as you set it", knob, value, protocol.name, fixed)
     logger.info("serving by the %s protocol: replan_steps=%s, action_horizon=%s (null: the model's), "
@@ -93,10 +110,14 @@ def serve_by_protocol(ev, convention: str) -> str | None:
 
 def served_identity(config, ckpt, stats) -> dict:
     """What this server serves, as an evaluation records its agent (content hashes and the settings that
-    change actions, no paths: a copied checkpoint is the same model): clients record it with their episodes."""
+    change actions, no paths: a copied checkpoint is the same model): clients record it with their episodes.
+    A LingBot-VA's settings are its protocol's input convention, so the protocol is part of it."""
+    from agents.wam.lingbot_va.folder import is_lingbot_va
     from wam_gym.eval.run_protocol import agent_identity
 
     identity = agent_identity(config, ckpt, stats)
+    if ckpt is not None and is_lingbot_va(ckpt):
+        identity["EVALUATION.protocol"] = config.EVALUATION.protocol
     return {key: {k: v for k, v in value.items() if k != "path"} if isinstance(value, dict) else value
             for key, value in identity.items()}
 

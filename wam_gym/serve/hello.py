@@ -4,7 +4,8 @@ and what vla-eval's runner reads to configure itself (:func:`hello_fields`, its 
 The metadata names the model (its checkpoint folder's name or the policy's import path, and a
 fingerprint of its weights, statistics and the settings that change its actions; never a path of the
 server's machine), the evaluation protocol it is served by, the frames the server takes clients to send
-(wam_gym/serve/frames.py), its chunk and replan count, its cameras, state and action sizes.
+(wam_gym/serve/frames.py), its chunk and replan count, its cameras, state and action sizes, and whether it
+remembers each episode (wam_gym/serve/episodes.py: then it answers one action per observation).
 
 vla-eval's runner (``vla-eval run``: ``vla_eval.orchestrator``, 0.8) connects, sends HELLO and
 reads three fields of the model server's reply before it builds its benchmark:
@@ -52,8 +53,8 @@ class ServedModel:
 
 
 def greeting_metadata(model: ServedModel, identity: dict[str, Any], frames: ClientFrames) -> dict[str, Any]:
-    """The greeting's description of the model, before it loads (the server adds action_horizon and
-    replan_steps once it has). ``identity``: what an evaluation records of it, paths left out."""
+    """The greeting's description of the model, before it loads (the server adds action_horizon, replan_steps
+    and episodes once it has). ``identity``: what an evaluation records of it, paths left out."""
     fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     return {
         "model": {"name": model.name, "fingerprint": fingerprint, **identity},

@@ -18,6 +18,9 @@ setting; the first frame a client sends says which protocol the connection speak
   observation gets one ``action`` from it, and the model runs only when the queue is used up
   (EVALUATION.replan_steps actions per chunk); a bad observation gets an ``error`` message, and
   the connection stays open.
+- A model that remembers each episode (LingBot-VA: its workers declare it; wam_gym/serve/episodes.py): every session
+  steps the evaluation's MemoryChunkAgent with each observation and answers one action, to both
+  protocols; an openpi observation names its episode (``episode_id``).
 
 Sampling noise comes from the session's own seed (``noise_seed``, episode_start's ``seed``, or
 EVALUATION.seed + a per-episode counter), so a session's actions do not depend on what it was
@@ -48,7 +51,9 @@ from websockets.asyncio.server import serve
 
 from wam_gym.broker import BrokerError, InferenceBroker, RemoteInferenceError, StartCancelled
 from wam_gym.keymap import ORIENTATION_KEY, key_map, to_contract
+from wam_gym.serve import episodes
 from wam_gym.serve.config import LOOPBACK, ServeConfig
+from wam_gym.serve.episodes import EPISODE_KEY, EpisodeMarkers
 from wam_gym.serve.frames import ClientFrames, FrameSource
 from wam_gym.serve.hello import ServedModel, greeting_metadata, hello_fields, runner_hints
 from wam_gym.utils.publish import atomic_path
@@ -65,8 +70,8 @@ class ClientError(ValueError):
 
 class Session:
     """One connection: its broker client, its protocol, how its frames are turned (wam_gym/serve/frames.py)
-    and (vla-eval) its episode's action queue. ``handle`` blocks on the model, so the server calls it on a
-    thread; one frame at a time."""
+    and its episode's agent (vla-eval, or a model that remembers episodes). ``handle`` blocks on the model, so
+    the server calls it on a thread; one frame at a time."""
 
     def __init__(self, server: PolicyServer, session_id: int):
         self.server, self.id = server, session_id
@@ -74,13 +79,17 @@ class Session:
         self.protocol: str | None = None
         self.frames: FrameSource = server.frames.default()  # a vla-eval HELLO may name its benchmark's instead
         self._frames_counted = False
-        self.agent = None  # vla-eval: a ChunkQueueAgent on this session's client, its chunk queue per episode
+        # the episode's agent on this session's client (_agent): vla-eval's chunk queue, or a model that remembers
+        # episodes' MemoryChunkAgent; and (that model, openpi) where its episodes start
+        self.agent = None
+        self.markers = EpisodeMarkers() if server.remembers_episodes else None
+        self._broken = False  # a step of this episode failed: a model that remembers it cannot continue it
         self._begin(None)
 
     def _begin(self, seed: Any) -> None:
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ClientError(f"seed={seed!r} must be a non-negative int")
+        _check_seed(seed, "seed")
         self.client.begin_episode(next(self.server.episode_seeds) if seed is None else seed)
+        self._broken = False
         if self.agent is not None:
             self.agent.reset()
 
@@ -122,22 +131,40 @@ class Session:
 
     # ----------------------------------------------------------------- openpi
     def _openpi(self, obs: Any) -> bytes:
+        if self.markers is not None and isinstance(obs, dict):  # first: a missing marker is the fix such a client needs
+            self._openpi_episode(obs)
         row = self._contract(obs, OPENPI)
         seed = obs.get("noise_seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ClientError(f"noise_seed={seed!r} must be a non-negative int")
+        _check_seed(seed, "noise_seed")
         start, model_s = time.perf_counter(), self.client.cost.model_s or 0.0
-        prediction = self.client.predict_row(row, seed)
+        answer = self._openpi_answer(row, seed)
         # infer_ms: the model's time for this request (its share of a batched call), which clients count as
         # the cost of a call; total_ms: with the queue wait, as the client waited.
-        timing = {"infer_ms": 1000 * ((self.client.cost.model_s or 0.0) - model_s),
-                  "total_ms": 1000 * (time.perf_counter() - start)}
-        # EVALUATION.action_horizon caps the chunk, as the greeting's action_horizon says (null: the model's whole chunk)
-        answer = {"actions": prediction.actions[: self.server.config.EVALUATION.action_horizon], "server_timing": timing}
-        if prediction.video is not None:
-            answer["video"] = prediction.video
+        answer["server_timing"] = {"infer_ms": 1000 * ((self.client.cost.model_s or 0.0) - model_s),
+                                   "total_ms": 1000 * (time.perf_counter() - start)}
         self.server.stats["openpi_requests"] += 1
         return pack_openpi(answer)
+
+    def _openpi_answer(self, row: dict[str, Any], seed: int | None) -> dict[str, Any]:
+        if self.markers is not None:  # one action: the session's agent runs the model's chunks, seeing every frame
+            return {"actions": self._step(row)[None]}
+        prediction = self.client.predict_row(row, seed)
+        # EVALUATION.action_horizon caps the chunk, as the greeting's action_horizon says (null: the model's whole chunk)
+        answer = {"actions": prediction.actions[: self.server.config.EVALUATION.action_horizon]}
+        if prediction.video is not None:
+            answer["video"] = prediction.video
+        return answer
+
+    def _openpi_episode(self, obs: dict[str, Any]) -> None:
+        """A model that remembers episodes: a new marker starts a new episode, seeded by its first observation's
+        ``noise_seed`` (the model's later draws continue from it). The connection's first episode is the one begun
+        as it opened, so each unseeded episode takes the next of the server's seeds, as a vla-eval one does."""
+        first, seed = self.markers.current is None, obs.get("noise_seed")
+        _check_seed(seed, "noise_seed")
+        if self.markers.starts(obs):
+            self.server.stats["openpi_episodes"] += 1
+            if not (first and seed is None):
+                self._begin(seed)
 
     # ----------------------------------------------------------------- vla-eval
     def _vla_eval(self, message: Message) -> bytes | None:
@@ -148,7 +175,7 @@ class Session:
             self.server.stats["vla_eval_episodes"] += 1
         elif message.type == "observation":
             row = self._contract(message.payload, VLA_EVAL, self.server.runner_hints)
-            action = self._agent().act(row)
+            action = self._step(row)
             self.server.stats["vla_eval_requests"] += 1
             return Message("action", {"actions": action}, message.seq).pack()
         elif message.type == "action":
@@ -157,18 +184,31 @@ class Session:
             logger.warning("session %d: the client reports an error: %s", self.id, message.payload)
         return None  # hello (the greeting answered it), episode_end, error
 
+    def _step(self, row: dict[str, Any]):
+        """One action of the episode's agent. A model that remembers the episode is not stepped past a failed step:
+        its state on the worker may hold half of that step, and the agent's frames would no longer match it."""
+        if self._broken:
+            raise ClientError("an earlier observation of this episode failed, and the model remembers the episode: it "
+                              "cannot be continued; start a new episode (vla-eval: episode_start; openpi: a new "
+                              f"'{EPISODE_KEY}')")
+        try:
+            return self._agent().act(row)
+        except Exception:
+            self._broken = self.server.remembers_episodes
+            raise
+
     def _agent(self):
         if self.agent is None:
             from agents.factory import make_agent
 
             ev = self.server.config.EVALUATION
             self.agent = make_agent("wam", predictor=self.client, action_horizon=ev.action_horizon,
-                                    replan_steps=ev.replan_steps)
+                                    replan_steps=ev.replan_steps, remembers_episodes=self.server.remembers_episodes)
         return self.agent
 
     def close(self) -> None:
         self.client.close()
-        self.server.broker.forget_actor(self.id)
+        self.server.broker.forget_actor(self.id)  # and a model that remembers episodes lets this session's go
 
 
 class PolicyServer:
@@ -180,6 +220,7 @@ class PolicyServer:
         self.keys = {OPENPI: key_map(OPENPI, model.cameras, s.openpi_keys, KNOBS[OPENPI]),
                      VLA_EVAL: key_map(VLA_EVAL, model.cameras, s.vla_eval_keys, KNOBS[VLA_EVAL])}
         self.runner_hints = runner_hints(model.cameras)  # a vla-eval observation that lacks an input names its --param
+        self.remembers_episodes = False  # as the model declares once loaded: its sessions answer one action at a time
         self.frames = ClientFrames(s.client_frames, model.suite)
         self.metadata = {"server": "wam_gym.serve", "server_version": server_version,
                          **greeting_metadata(model, identity, self.frames), "keys": self.keys}
@@ -192,8 +233,9 @@ class PolicyServer:
         self.draining = False
         # what was served, and the connections reclaimed: idle past SERVE.idle_timeout_s, or silent to keep-alive pings
         # and the orientations sessions' frames were taken to have (wam_gym/serve/frames.py)
-        self.stats = {"sessions": 0, "openpi_requests": 0, "vla_eval_requests": 0, "vla_eval_episodes": 0, "errors": 0,
-                      "closed_idle": 0, "closed_unresponsive": 0, "frames": collections.Counter()}
+        self.stats = {"sessions": 0, "openpi_requests": 0, "vla_eval_requests": 0, "vla_eval_episodes": 0,
+                      "openpi_episodes": 0, "errors": 0, "closed_idle": 0, "closed_unresponsive": 0,
+                      "frames": collections.Counter()}
         self.threads = concurrent.futures.ThreadPoolExecutor(s.max_sessions, thread_name_prefix="wam-session")
         self.port: int | None = None
 
@@ -222,9 +264,7 @@ class PolicyServer:
             try:
                 if not await self._load(stop):
                     return  # stopped while loading: the workers are gone, the connections are closed below
-                ev = self.config.EVALUATION
-                self.metadata["action_horizon"] = ev.action_horizon or self.broker.action_horizon
-                self.metadata["replan_steps"] = ev.replan_steps or self.metadata["action_horizon"]
+                self._describe_model()
                 self.ready.set()
                 if s.port_file:  # whole or not at all: a reader polling for it never reads half a port
                     with atomic_path(Path(s.port_file).expanduser()) as tmp:
@@ -233,6 +273,17 @@ class PolicyServer:
                 await self._until(stop)
             finally:
                 await self._drain(server)
+
+    def _describe_model(self) -> None:
+        """What only the loaded model says: whether it remembers episodes (its workers declare it), the chunk one
+        answer holds and how much of it to execute. A model that remembers episodes answers one action per
+        observation: its chunks run in each session's agent."""
+        ev = self.config.EVALUATION
+        self.remembers_episodes = self.broker.remembers_episodes
+        chunk = ev.action_horizon or self.broker.action_horizon
+        self.metadata["episodes"] = episodes.greeting(self.remembers_episodes, chunk)
+        self.metadata["action_horizon"] = 1 if self.remembers_episodes else chunk
+        self.metadata["replan_steps"] = 1 if self.remembers_episodes else ev.replan_steps or chunk
 
     async def _load(self, stop: asyncio.Event) -> bool:
         """Start the model workers; a stop signal meanwhile cancels the start (within a second, its workers
@@ -341,6 +392,11 @@ class PolicyServer:
                     return
         finally:
             await loop.run_in_executor(None, session.close)
+
+
+def _check_seed(seed: Any, key: str) -> None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ClientError(f"{key}={seed!r} must be a non-negative int")
 
 
 def _authorized(request, query: str, key: str) -> bool:
