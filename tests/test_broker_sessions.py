@@ -1,6 +1,7 @@
 """Episodes as sessions in the broker: a model that remembers episodes (agents.policy.EpisodicPolicy) has each
 episode's calls served by the one model worker that holds its state, from its first call until it is released; a
-worker that dies loses its episodes, whose next calls fail with EpisodeLost, while the other worker's go on.
+worker that dies loses its episodes, whose next calls fail with EpisodeLost, while the other worker's go on. A
+worker holds no more episodes than its model's episode_capacity: a new episode past that waits until one ends.
 
 Two real worker processes serve a numpy stand-in that counts each episode's calls (no torch: a worker starts in
 about a second), and the tiny LingBot-VA release (scripts/tiny_lingbot_va_release.py) checks that episodes in
@@ -15,6 +16,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,9 @@ from test_broker import wait_for
 
 from agents.episode_memory import EPISODE, SEEN, MemoryChunkAgent
 from agents.policy import EpisodicPolicy
-from wam_gym.broker import BrokerConfig, EpisodeLost, InferenceBroker, RemoteInferenceError
+from wam_gym.batching import Request
+from wam_gym.broker import BrokerConfig, BrokerError, EpisodeLost, InferenceBroker, RemoteInferenceError
+from wam_gym.broker.sessions import SessionRegistry
 
 CONFIG = BrokerConfig(workers_per_gpu=2, inference_batch_size=4, inference_batch_wait_ms=50)
 
@@ -31,14 +35,16 @@ CONFIG = BrokerConfig(workers_per_gpu=2, inference_batch_size=4, inference_batch
 class Remembering(EpisodicPolicy):
     """A stand-in for a model that remembers episodes. A row whose state[0] is 0 starts its episode, any other
     continues it and is refused unless this worker holds the episode (as LingBotVAPolicy refuses one whose cache
-    it does not hold); rows are checked before any is counted, so a refused call changes nothing. A row whose
-    state[1] is 1 waits until ``<directory>/release`` exists, its worker's pid in ``<directory>/held``. Each
-    row's chunk is (this worker's pid, the episode's calls so far, the episodes this worker holds)."""
+    it does not hold), and refuses one that would make it hold more than ``episode_capacity`` episodes; rows are
+    checked before any is counted, so a refused call changes nothing. A row whose state[1] is 1 waits until
+    ``<directory>/release`` exists, its worker's pid in ``<directory>/held``. Each row's chunk is (this worker's
+    pid, the episode's calls so far, the episodes this worker holds)."""
 
     action_horizon = 2
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, episode_capacity: int = 16):
         self.directory = Path(directory)
+        self.episode_capacity = episode_capacity
         self.calls: dict[int, int] = {}  # episode -> its calls so far, on this worker
 
     def __call__(self, device: str) -> Remembering:
@@ -49,6 +55,10 @@ class Remembering(EpisodicPolicy):
         for episode, row in zip(episodes, state):
             if row[0] > 0 and episode not in self.calls:
                 raise ValueError(f"episode {episode} continues but its state is not held here: restart the episode")
+        holding = len(self.calls.keys() | set(episodes))
+        if holding > self.episode_capacity:
+            raise ValueError(f"this call would make the worker hold {holding} episodes, more than its capacity "
+                             f"{self.episode_capacity}")
         if state[:, 1].any():
             (self.directory / "held").write_text(str(os.getpid()))
             while not (self.directory / "release").exists():
@@ -158,12 +168,121 @@ def test_a_killed_worker_loses_its_episodes_and_the_other_workers_go_on(broker, 
     assert (s.worker_restarts, s.lost_episodes, s.resent_batches) == (1, 1, 0)
 
 
+# ----------------------------------------------------------------- episode capacity
+def holding(directory: Path, capacities: list[int]) -> InferenceBroker:
+    """A broker of ``len(capacities)`` workers, worker i's model holding ``capacities[i]`` episodes at most (each
+    worker is started with a factory of its own)."""
+    broker = InferenceBroker(Remembering(directory), BrokerConfig(workers_per_gpu=len(capacities),
+                                                                  inference_batch_size=4, inference_batch_wait_ms=20))
+    start = broker.pool.start
+
+    def start_worker(i: int) -> None:
+        broker.pool.factory = Remembering(directory, capacities[i])
+        start(i)
+
+    broker.pool.start = start_worker
+    return broker
+
+
+def waiting(broker: InferenceBroker, n: int) -> None:
+    wait_for(lambda: broker.sessions.waiting == n, f"{n} first call(s) to wait for room", timeout=30)
+
+
+def test_a_worker_holds_no_more_episodes_than_its_capacity_and_new_ones_wait_for_room(tmp_path):
+    """One worker of capacity 2, three actors: the third actor's first episode waits (the live episodes go on
+    meanwhile) and is answered once an episode is released; the model itself refuses a third episode, so every
+    call succeeding shows the broker never placed one."""
+    with holding(tmp_path, [2]) as broker, ThreadPoolExecutor(2) as pool:
+        assert broker.episode_capacity == [2] and broker.stats.summary()["episode_capacity"] == [2]
+        a, b, c = (broker.client(i) for i in range(3))
+        assert call(a, 1, 0)[1:] == (1, 1) and call(b, 2, 0)[1:] == (1, 2)
+        third = pool.submit(call, c, 3, 0)
+        waiting(broker, 1)
+        assert call(a, 1, 1)[1:] == (2, 2) and call(b, 2, 1)[1:] == (2, 2)  # the live ones go on meanwhile
+        assert not third.done()
+        a.release_episode(1)
+        assert third.result(timeout=60)[1:] == (1, 2)  # placed once episode 1 was let go: the worker holds 2 and 3
+        fourth = pool.submit(call, a, 4, 0)  # a's next episode: the worker is full again
+        waiting(broker, 1)
+        assert call(c, 3, 1)[1:] == (2, 2) and not fourth.done()
+        b.release_episode(2)
+        assert fourth.result(timeout=60)[1:] == (1, 2)
+        assert broker.sessions.live == [2] and broker.sessions.waiting == 0
+        summary = broker.stats.summary()
+        assert summary["waited_episodes"] == 2 and summary["admission_wait_ms_max"] > 0
+
+
+def test_new_episodes_fill_the_workers_by_their_capacities_then_wait(tmp_path):
+    """Workers of capacities 1 and 3: four episodes started at once are all placed, one on worker 0 and three on
+    worker 1; a fifth waits, and takes worker 0's room when its episode is released."""
+    with holding(tmp_path, [1, 3]) as broker, ThreadPoolExecutor(4) as pool:
+        assert broker.episode_capacity == [1, 3]
+        worker = {broker.pool.pid(w): w for w in range(2)}
+        clients = [broker.client(i) for i in range(5)]
+        firsts = [pool.submit(call, clients[i], 10 + i, 0) for i in range(4)]
+        placed = {10 + i: worker[f.result(timeout=60)[0]] for i, f in enumerate(firsts)}
+        assert sorted(placed.values()) == [0, 1, 1, 1] and broker.sessions.live == [1, 3]
+        fifth = pool.submit(call, clients[4], 14, 0)
+        waiting(broker, 1)
+        assert not fifth.done() and broker.stats.waited_episodes == 1
+        (on_0,) = [episode for episode, w in placed.items() if w == 0]
+        clients[on_0 - 10].release_episode(on_0)
+        pid, calls, held = fifth.result(timeout=60)
+        assert (worker[pid], calls, held) == (0, 1, 1) and broker.sessions.live == [1, 3]
+
+
+def test_an_actor_gone_while_its_first_call_waits_is_dropped_and_the_next_one_takes_the_room(tmp_path):
+    """One worker of capacity 1 holds a's episode; b's first call waits, then c's behind it. b goes away: its call
+    leaves the queue (b's client sees the broker gone for it), and when a's episode is released, c's is placed."""
+    with holding(tmp_path, [1]) as broker, ThreadPoolExecutor(2) as pool:
+        a, b, c = (broker.client(i) for i in range(3))
+        assert call(a, 1, 0)[1:] == (1, 1)
+        b_first = pool.submit(call, b, 2, 0)
+        waiting(broker, 1)
+        c_first = pool.submit(call, c, 3, 0)
+        waiting(broker, 2)
+        broker.forget_actor(1)
+        waiting(broker, 1)
+        with pytest.raises(BrokerError):
+            b_first.result(timeout=60)
+        a.release_episode(1)
+        assert c_first.result(timeout=60)[1:] == (1, 1)  # b's episode never took the room
+        assert broker.sessions.live == [1] and broker.sessions.waiting == 0
+
+
+def test_the_registry_admits_waiting_first_calls_in_arrival_order_and_refuses_a_second_call_of_one():
+    """The session registry alone: capacities 1 and 1; a second call of an episode still waiting (MemoryChunkAgent
+    never sends one: it waits for each answer) is refused in one line, as is another actor's use of its id."""
+    sessions = SessionRegistry(2)
+    sessions.set_capacity(0, 1)
+    sessions.set_capacity(1, 1)
+
+    def request(actor: int) -> Request:
+        return Request(actor, 0, {}, None, time.monotonic())
+
+    first = {episode: request(actor) for actor, episode in ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5))}
+    assert [sessions.route(first[e], e) for e in first] == [0, 1, None, None, None]
+    with pytest.raises(RemoteInferenceError, match="^episode 3 is still waiting for room on a model worker: its"):
+        sessions.route(request(2), 3)
+    with pytest.raises(RemoteInferenceError, match="^episode 3 belongs to another client"):
+        sessions.route(request(0), 3)
+    assert sessions.admit() == [] and sessions.waiting == 3
+    assert sessions.forget_actor(3) == {} and sessions.waiting == 2  # episode 4 waited: dropped, nothing to let go
+    assert sessions.release(1, 2) == {1: [2]}
+    assert sessions.admit() == [(first[3], 1)]  # the first to arrive, on the worker with room
+    assert sessions.route(request(2), 3) == 1  # placed: its next calls go there
+    assert sessions.lose_worker(0, "died") == [1]
+    assert sessions.admit() == [(first[5], 0)] and sessions.waiting == 0
+    assert sessions.live == [1, 1]
+
+
 # ----------------------------------------------------------------- evaluation
 class StandStill(EpisodicPolicy):
     """A model that remembers Meta-World episodes and answers chunks of 4 zero actions; like LingBotVAPolicy it
     refuses a call that continues (frames were seen since its last) an episode it does not hold."""
 
     action_horizon = 4
+    episode_capacity = 16
 
     def __init__(self):
         self.held: set[int] = set()

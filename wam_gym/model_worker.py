@@ -64,6 +64,23 @@ class ModelInfo:
 
     action_horizon: int
     remembers_episodes: bool  # an agents.policy.EpisodicPolicy: each episode must stay on the worker holding it
+    # How many episodes it holds at once (EpisodicPolicy.episode_capacity): the broker places no more on this
+    # worker, and new episodes wait past it. None: a stateless policy.
+    episode_capacity: int | None = None
+
+    @staticmethod
+    def of(policy) -> ModelInfo:
+        """What ``policy`` says of itself, checked: an EpisodicPolicy must say how many episodes it holds."""
+        if not isinstance(policy, EpisodicPolicy):
+            return ModelInfo(policy.action_horizon, False)
+        try:
+            capacity = policy.episode_capacity
+        except AttributeError:
+            capacity = None
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"{type(policy).__name__} is an EpisodicPolicy but its episode_capacity is {capacity!r}: "
+                             "set it to how many episodes it holds at once, an int >= 1 (agents/policy.py)")
+        return ModelInfo(policy.action_horizon, True, capacity)
 
 
 @dataclass
@@ -122,13 +139,10 @@ class ModelServer:
         self.device = device
         self.batch_invariant = batch_invariant
         self.policy = factory(device)
+        self.info = ModelInfo.of(self.policy)  # checked here: a policy that cannot say it fails to load, in one line
         self.segments = AttachedSegments()  # the actors' observation slots
         self._stacking = threading.Lock()  # the segments: BatchFeed's thread stacks while a batch runs
         self._batch_memory: list[dict] = [{}, {}]  # stack_rows's reused memory, for alternate batches
-
-    @property
-    def info(self) -> ModelInfo:
-        return ModelInfo(self.policy.action_horizon, isinstance(self.policy, EpisodicPolicy))
 
     def end_episodes(self, episodes: Sequence[int]) -> None:
         """Let the episodes' state go (the broker sends these only to a model that remembers episodes)."""

@@ -35,8 +35,9 @@ sent again; so is one that holds a batch far longer than batches take (a hung GP
 watchdog SIGKILLs it); an actor that dies has its pending requests dropped.
 
 A model that remembers episodes (agents.policy.EpisodicPolicy) keeps each episode on the worker that
-served its first call: its calls go there, batched with that worker's other episodes; the episode is
-let go there when its actor resets the env, is forgotten, or the broker closes. A worker that dies
+served its first call: its calls go there, batched with that worker's other episodes. A worker holds at
+most its model's episode_capacity: a new episode past that waits, in arrival order, until one ends. An
+episode is let go there when its actor resets the env, is forgotten, or the broker closes. A worker that dies
 loses its episodes: their calls are answered with EpisodeLost (restart the episode), never served
 by a fresh worker as if they continued (wam_gym/broker/sessions.py). Pipes and queues stay
 inside this process tree: nothing listens on a network socket (the Ray backend binds Ray to

@@ -5,7 +5,8 @@ first: ``MAX_HELD``), and answers each actor from its batch's result.
 
 Routing: a request of a stateless model goes to any worker. With a model that remembers episodes, a request
 carrying an episode id goes to the worker that holds its episode, and its batch is formed of that worker's
-requests only; a new episode's first request is placed by the session registry (wam_gym/broker/sessions.py).
+requests only; a new episode's first request is placed by the session registry (wam_gym/broker/sessions.py) on a
+worker with room for it (its model's episode capacity), or waits there until an episode ends and makes room.
 
 Between messages it lets the supervisor heal the workers, and deals with what a restarted worker held: its
 stateless batches are sent again, first in the queue; its episodes are lost, and their requests, held or
@@ -104,11 +105,12 @@ class Dispatcher:
         elif kind == "ready":
             waited = not self.supervisor.idle
             self.supervisor.ready(a, b)
+            self.worker_ready(a)
             self._freed(waited)
         elif kind == "failed":  # the worker exits now; heal() restarts it (the error is named if it gives up)
             self.supervisor.failed(a, b)
         elif kind == "release":  # actor a's env was reset: its episode b is over
-            self.supervisor.end_episodes(self.sessions.release(a, b))
+            self._ended(self.sessions.release(a, b))
         elif kind == "actor_gone":
             self._actor_gone(a)
         elif kind == "stop":
@@ -124,7 +126,10 @@ class Dispatcher:
             try:
                 episode = episode_of(request.obs)
                 if episode is not None:
-                    request.worker = self.sessions.route(request.actor_id, episode)
+                    request.worker = self.sessions.route(request, episode)
+                    if request.worker is None:  # no worker has room for a new episode: it waits for one to end
+                        self.stats.waited_episodes += 1
+                        return
             except RemoteInferenceError as exc:  # its episode lost, another client's, or a malformed id: it fails alone
                 self._refuse(request, exc)
                 return
@@ -139,7 +144,22 @@ class Dispatcher:
         if self.pacer is not None:
             self.pacer.forget(actor_id)
         self.actors.remove(actor_id)
-        self.supervisor.end_episodes(self.sessions.forget_actor(actor_id))
+        self._ended(self.sessions.forget_actor(actor_id))
+
+    def worker_ready(self, worker: int) -> None:
+        """``worker`` loaded its model (at the start, or restarted): the episodes it holds at most, as it says now."""
+        self.sessions.set_capacity(worker, self.supervisor.models[worker].episode_capacity)
+        self._ended({})
+
+    def _ended(self, ends: dict[int, list[int]]) -> None:
+        """Episodes ended (worker -> its episodes; or room appeared otherwise): their workers let them go, and first
+        calls waiting for room take it, in arrival order."""
+        self.supervisor.end_episodes(ends)
+        now = time.monotonic()
+        for request, worker in self.sessions.admit():
+            request.worker = worker
+            self.stats.admission_wait_s_max = max(self.stats.admission_wait_s_max, now - request.arrived)
+            self.batcher.add(request)
 
     def _freed(self, waited: bool) -> None:
         """A worker may have become idle. Paced, a partial group waiting for stragglers of its last batch
@@ -198,6 +218,7 @@ class Dispatcher:
                 resent += bool(again)
             for request in doomed:
                 self._refuse(request, lost_error(episode_of(request.obs), lost.worker, lost.why))
+            self._ended({})  # first calls waiting take the room the lost episodes left (after the doomed were taken)
             self.stats.resent_batches += resent
             self.stats.lost_episodes += len(episodes)
             if resent or episodes:

@@ -54,6 +54,8 @@ class InferenceBroker:
         except BaseException:
             self.close()  # the workers that did load must not hold their (GPU) memory until we exit
             raise
+        for worker in range(len(self.pool)):
+            self.dispatcher.worker_ready(worker)
         self.dispatcher.start()
         logger.info("broker: %d %s model worker(s) on %s", len(self.pool), self.config.backend, self.devices)
         return self
@@ -85,6 +87,15 @@ class InferenceBroker:
         """Whether the model keeps each episode's state between calls (agents.policy.EpisodicPolicy), as the
         model workers said when they loaded: then each episode's calls go to the worker holding it."""
         return self.supervisor.model is not None and self.supervisor.model.remembers_episodes
+
+    @property
+    def episode_capacity(self) -> list[int] | None:
+        """How many episodes each model worker holds at most (its model's EpisodicPolicy.episode_capacity), as the
+        workers said when they loaded: the broker places no more on a worker, and new episodes wait past that until
+        one ends. None for a model that does not remember episodes, or before the workers loaded."""
+        if not self.remembers_episodes:
+            return None
+        return [model.episode_capacity for model in self.supervisor.models]
 
     @property
     def batcher(self):

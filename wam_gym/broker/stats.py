@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from wam_gym.utils.stats import percentile
 
@@ -30,6 +31,11 @@ class BrokerStats:
     resent_batches: int = 0
     stalled_workers: int = 0  # killed by the watchdog (each also counts as a restart)
     lost_episodes: int = 0  # episodes of a model that remembers them, lost with their worker (their actors restart them)
+    # A model that remembers episodes: each worker's episode capacity (as it said when it last loaded), and the new
+    # episodes whose first call found every worker full and waited for an episode to end; the longest such wait.
+    episode_capacity: dict[int, int] = field(default_factory=dict)
+    waited_episodes: int = 0
+    admission_wait_s_max: float = 0.0
 
     def add_batch(self, waits_s: list[float]) -> None:
         self.batches += 1
@@ -38,7 +44,7 @@ class BrokerStats:
         self.queue_wait_s.extend(waits_s)
         self.batch_fill_s.append(max(waits_s) - min(waits_s))
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, Any]:
         def pct(values, q):
             return 1000 * percentile(values, q)
 
@@ -58,4 +64,7 @@ class BrokerStats:
             "resent_batches": self.resent_batches,
             "stalled_workers": self.stalled_workers,
             "lost_episodes": self.lost_episodes,
+            "episode_capacity": [self.episode_capacity[w] for w in sorted(self.episode_capacity)],
+            "waited_episodes": self.waited_episodes,
+            "admission_wait_ms_max": 1000 * self.admission_wait_s_max,
         }

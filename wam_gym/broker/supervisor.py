@@ -54,6 +54,7 @@ class WorkerSupervisor:
     def __init__(self, pool, config: BrokerConfig, stats: BrokerStats, mailbox: Mailbox):
         self.pool, self.config, self.stats, self.mailbox = pool, config, stats, mailbox
         self.model: ModelInfo | None = None  # what the workers said when they loaded the model (None before)
+        self.models: list[ModelInfo | None] = [None] * len(pool)  # what each said when it last loaded it
         self.idle: deque[int] = deque()
         self.in_flight: dict[int, deque[InFlight]] = {}  # worker -> the batches it holds, the running one first
         self.loading: dict[int, float] = {}  # worker -> when it must have loaded its model (monotonic)
@@ -106,7 +107,10 @@ class WorkerSupervisor:
 
     def ready(self, worker: int, model: ModelInfo) -> None:
         """``worker`` loaded its model: it can take batches."""
-        self.model = model
+        self.model = self.models[worker] = model
+        if model.episode_capacity is not None:  # a model that remembers episodes
+            self.stats.episode_capacity[worker] = model.episode_capacity
+            logger.info("model worker %d holds at most %d episodes", worker, model.episode_capacity)
         self.loading.pop(worker, None)
         self.idle.append(worker)
 
