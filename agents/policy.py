@@ -94,6 +94,9 @@ class EpisodicPolicy(ABC):
     moved on would move on twice."""
 
     action_horizon: int
+    # How many episodes it holds at once (its memory for their state, sized when it is built): the broker
+    # places no more on its worker and queues new episodes past it until one ends.
+    episode_capacity: int
 
     @abstractmethod
     def predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None = None) -> Any: ...

@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from agents.episode_memory import EPISODE
+from agents.policy import EpisodicPolicy
 from envs.protocol import INSTRUCTION, PIXELS, STATE
 
 STATE_DIM, ACTION_DIM = 8, 4
@@ -35,6 +37,7 @@ class Workload:
     per_row_s: float = 0.003  # c: each request's extra cost in a call
     env_step_s: float = 0.010  # e
     replan_steps: int = 8  # R: env steps per model call
+    episodic: bool = False  # the model remembers episodes (EpisodicSleepPolicy): each actor's calls carry its episode
 
     def model_s(self, b: float) -> float:
         return self.latency_s + self.per_row_s * b
@@ -101,7 +104,7 @@ class Workload:
             PIXELS: {f"cam{k}": rng.integers(0, 256, size, dtype=np.uint8) for k in range(self.cameras)},
             STATE: rng.normal(size=(1, STATE_DIM)).astype(np.float32),
             INSTRUCTION: ("pick up the red block",),
-        }
+        } | ({EPISODE: np.array([seed])} if self.episodic else {})
 
     def request_bytes(self) -> int:
         return self.cameras * self.image_size**2 * 3 + STATE_DIM * 4
@@ -123,8 +126,31 @@ class SleepPolicy:
         return {"actions": actions}
 
 
+class EpisodicSleepPolicy(SleepPolicy, EpisodicPolicy):
+    """A SleepPolicy that remembers episodes, as an autoregressive WAM's worker does (their caches, without their
+    maths): the broker keeps each episode on it, and must never place more than ``episode_capacity`` at once."""
+
+    def __init__(self, latency_s: float, per_row_s: float, action_horizon: int, episode_capacity: int,
+                 device: str = "cpu"):
+        super().__init__(latency_s, per_row_s, action_horizon, device)
+        self.episode_capacity = episode_capacity
+        self.held: set[int] = set()
+
+    def predict(self, obs, noise_seeds=None):
+        self.held.update(int(episode) for episode in obs[EPISODE])
+        if len(self.held) > self.episode_capacity:
+            raise ValueError(f"{len(self.held)} episodes held, capacity {self.episode_capacity}")
+        return super().predict(obs, noise_seeds)
+
+    def end_episode(self, episode: int) -> None:
+        self.held.discard(episode)
+
+
 def sleep_policy_factory(workload: Workload):
     """A PolicyFactory (device -> policy) for the broker's workers."""
+    if workload.episodic:
+        return functools.partial(EpisodicSleepPolicy, workload.latency_s, workload.per_row_s, workload.replan_steps,
+                                 workload.actors)
     return functools.partial(SleepPolicy, workload.latency_s, workload.per_row_s, workload.replan_steps)
 
 

@@ -125,10 +125,10 @@ def test_action_calls(io, model):
     with torch.no_grad():
         out = model.action(actions, timesteps, positions, text)
         torch.testing.assert_close(out, io["call.action.out"].transpose(1, 2).unflatten(2, (2, 4)), **TOL)
-        cache = KVCache(2, 2, 40, 2, 20)
+        cache = KVCache.empty(2, 2, 40, 2, 20)
         model.video(io["call.video.latents"], io["call.video.timesteps"], video_positions(start, 2, 2, 3), text,
-                    cache, WriteMode.KEPT)
-        cached = model.action(actions, timesteps, positions, text, cache)
+                    [cache], WriteMode.KEPT)
+        cached = model.action(actions, timesteps, positions, text, [cache])
     torch.testing.assert_close(cached, io["call.cached_action.out"].transpose(1, 2).unflatten(2, (2, 4)), **TOL)
     assert int(cache.valid.sum()) == 12  # the temporary action write is gone, the kept video stays
 
@@ -167,10 +167,20 @@ def _chunk(io, name: str, chunk: int, model, vae, state: EpisodeState) -> None:
 
 
 def _assert_last_layer(io, name: str, state: EpisodeState) -> None:
+    """The last layer's cached keys and values equal theirs. Without action guidance our action stream runs the
+    prompted row alone, so the unprompted row's predicted actions (the newest write) hold nothing of theirs: the
+    chunks after it match theirs without them (test_episode), which is what proves nothing reads them."""
     visible = state.cache.visible()
     keys, values = state.cache.gather(len(state.cache.keys) - 1, visible)
-    torch.testing.assert_close(keys, io[f"{name}.last_layer_keys"], **TOL)
-    torch.testing.assert_close(values, io[f"{name}.last_layer_values"], **TOL)
+    theirs_keys, theirs_values = io[f"{name}.last_layer_keys"], io[f"{name}.last_layer_values"]
+    if _config(name).action_guidance <= 1 and state.cache.rows == 2:
+        ours = state.cache.write_id[visible] < state.cache.write_id[visible].max()
+        keys, values = keys[:, ours], values[:, ours]
+        theirs_keys, theirs_values = theirs_keys[:, ours], theirs_values[:, ours]
+        torch.testing.assert_close(state.cache.gather(len(state.cache.keys) - 1, visible, rows=1)[0],
+                                   io[f"{name}.last_layer_keys"][:1], **TOL)
+    torch.testing.assert_close(keys, theirs_keys, **TOL)
+    torch.testing.assert_close(values, theirs_values, **TOL)
 
 
 @pytest.mark.parametrize("name", sorted(EPISODES))

@@ -34,16 +34,27 @@ class WriteMode(enum.IntEnum):
 
 
 class KVCache:
-    """Fixed-size self-attention cache of one episode, shared by the video and action streams."""
+    """Fixed-size self-attention cache of one episode, shared by the video and action streams, over storage
+    ``keys``/``values`` (layers, rows, slots, heads, head_dim) of its own (a block of a worker's
+    :class:`~agents.wam.lingbot_va.memory.CachePool`): every slot starts free, and a slot is written before it
+    is read, so the storage needs no clearing between episodes."""
 
-    def __init__(self, layers: int, rows: int, slots: int, heads: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
-        shape = (layers, rows, slots, heads, head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        if keys.shape != values.shape or keys.dim() != 5:
+            raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must both be (layers, rows, "
+                             "slots, heads, head_dim)")
+        self.keys, self.values = keys, values
+        slots, device = keys.shape[2], keys.device
         self.valid = torch.zeros(slots, dtype=torch.bool, device=device)
         self.write_id = torch.full((slots,), -1, dtype=torch.long, device=device)
         self.predicted = torch.zeros(slots, dtype=torch.bool, device=device)
+
+    @classmethod
+    def empty(cls, layers: int, rows: int, slots: int, heads: int, head_dim: int,
+              dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> KVCache:
+        """A cache over storage of its own."""
+        shape = (layers, rows, slots, heads, head_dim)
+        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
 
     @property
     def rows(self) -> int:
@@ -78,17 +89,20 @@ class KVCache:
         self.write_id[oldest] = -1
 
     def store(self, layer: int, slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Write one layer's keys and values (rows, count, heads, head_dim) into ``slots``."""
-        self.keys[layer][:, slots] = keys.to(self.keys.dtype)
-        self.values[layer][:, slots] = values.to(self.values.dtype)
+        """Write one layer's keys and values (rows, count, heads, head_dim) into ``slots``: the first ``rows`` rows
+        (a call may run fewer rows than the cache holds: the action stream without guidance runs the prompted one)."""
+        rows = keys.shape[0]
+        self.keys[layer][:rows, slots] = keys.to(self.keys.dtype)
+        self.values[layer][:rows, slots] = values.to(self.values.dtype)
 
     def visible(self) -> torch.Tensor:
         """The valid slots, in index order (what every layer of a call attends to)."""
         return self.valid.nonzero().squeeze(-1)
 
-    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One layer's keys and values (rows, len(slots), heads, head_dim) at ``slots``."""
-        return self.keys[layer][:, slots], self.values[layer][:, slots]
+    def gather(self, layer: int, slots: torch.Tensor, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's keys and values (rows, len(slots), heads, head_dim) at ``slots``, of the first ``rows`` rows
+        (None: all)."""
+        return self.keys[layer][:rows, slots], self.values[layer][:rows, slots]
 
     def release(self, slots: torch.Tensor) -> None:
         """End a temporary write: its slots are no longer seen (their ``restore_cache``)."""

@@ -14,9 +14,10 @@ its modulation table. Timesteps are per row and frame (B, F), spread over the fr
 row and token (B, 3, L) (:mod:`agents.wam.lingbot_va.positions`). Every block is a Wan2.2 block (adaLN from
 per-token timesteps, self-attention with RMS-normed q/k and 3-axis RoPE, text cross-attention, gated GELU
 feed-forward), built from diffusers' parts and driven by :mod:`agents.wam.wan_adapter`. Self-attention goes
-through the episode's :class:`~agents.wam.lingbot_va.cache.KVCache` when one is given: the call's keys and
-values are written (in the call's :class:`~agents.wam.lingbot_va.cache.WriteMode`) and the queries attend to
-every valid slot, the call's own included.
+through the episodes' :class:`~agents.wam.lingbot_va.cache.KVCache` when they are given (one per episode, its
+rows consecutive in the batch: :mod:`agents.wam.lingbot_va.ragged`): the call's keys and values are written (in
+the call's :class:`~agents.wam.lingbot_va.cache.WriteMode`) and each row's queries attend to every valid slot of
+its own episode, the call's own included.
 
 Training calls :meth:`LingBotVATransformer.teacher_forced` instead: all chunks of a clip, both streams, noisy and
 clean, in one call under the block-causal mask of :mod:`agents.wam.lingbot_va.teacher` (their ``forward_train``).
@@ -25,6 +26,7 @@ clean, in one call under the block-causal mask of :mod:`agents.wam.lingbot_va.te
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from diffusers import ConfigMixin, ModelMixin
@@ -37,6 +39,7 @@ from agents.wam.attention import attention
 from agents.wam.layers import LayerContext, cross_and_ffn
 from agents.wam.lingbot_va.cache import KVCache, WriteMode
 from agents.wam.lingbot_va.positions import action_positions, rotary, video_positions
+from agents.wam.lingbot_va.ragged import RaggedCaches
 from agents.wam.lingbot_va.teacher import Streams
 
 
@@ -76,26 +79,34 @@ class LingBotVATransformer(ModelMixin, ConfigMixin):
         self.attention_kernel = "sdpa"  # a resolved agents.wam.attention backend (diffusers' own dispatcher is unused)
 
     # ----------------------------------------------------------------- streams
-    def video(self, latents: torch.Tensor, timesteps: torch.Tensor, positions: torch.Tensor, text: torch.Tensor,
-              cache: KVCache | None = None, mode: WriteMode = WriteMode.TEMPORARY, text_kv: dict | None = None
+    def video(self, latents: torch.Tensor, timesteps: torch.Tensor, positions: torch.Tensor, text: torch.Tensor | None,
+              caches: Sequence[KVCache] = (), mode: WriteMode = WriteMode.TEMPORARY, text_kv: dict | None = None
               ) -> torch.Tensor:
         """Velocity (B, C, F, H, W) of video latents (B, C, F, H, W) at per-frame timesteps (B, F), positions
-        (B, 3, L) and text-encoder states (B, Lt, text_dim). ``text_kv``: where to keep each layer's text keys
-        and values for later calls with the same text (both streams share them)."""
+        (B, 3, L) and text-encoder states (B, Lt, text_dim) (None: ``text_kv`` holds every layer's). ``caches``:
+        the episodes' caches, whose rows split the batch evenly in order (none: no cache). ``text_kv``: where to
+        keep each layer's text keys and values for later calls with the same text (both streams share them)."""
         hidden, grid = self._video_tokens(latents)
         out = self._stream(hidden, self.condition_embedder, self.proj_out, timesteps.repeat_interleave(grid[1] * grid[2], dim=1),
-                           positions, text, text_kv, cache, mode)
+                           positions, text, text_kv, caches, mode)
         return wan.unpatchify(self, out, grid)
 
-    def action(self, actions: torch.Tensor, timesteps: torch.Tensor, positions: torch.Tensor, text: torch.Tensor,
-               cache: KVCache | None = None, mode: WriteMode = WriteMode.TEMPORARY, text_kv: dict | None = None
+    def action(self, actions: torch.Tensor, timesteps: torch.Tensor, positions: torch.Tensor, text: torch.Tensor | None,
+               caches: Sequence[KVCache] = (), mode: WriteMode = WriteMode.TEMPORARY, text_kv: dict | None = None
                ) -> torch.Tensor:
         """Velocity (B, A, F, N) of actions (B, A, F, N) at per-frame timesteps (B, F); the rest as :meth:`video`."""
         b, a, f, n = actions.shape
         hidden = self._action_tokens(actions)
         out = self._stream(hidden, self.condition_embedder_action, self.action_proj_out,
-                           timesteps.repeat_interleave(n, dim=1), positions, text, text_kv, cache, mode)
+                           timesteps.repeat_interleave(n, dim=1), positions, text, text_kv, caches, mode)
         return out.transpose(1, 2).unflatten(2, (f, n))
+
+    def text_keys_values(self, text: torch.Tensor) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Each block's text cross-attention keys and values (B, Lt, heads, head_dim) of text-encoder states (B, Lt,
+        text_dim): what every call with this text attends to (their model recomputes them in every call; the
+        numbers are the same), as ``text_kv``."""
+        projected = self.condition_embedder.text_embedder(text)
+        return {index: wan.cross_attention_kv(block, projected) for index, block in enumerate(self.blocks)}
 
     # ----------------------------------------------------------------- training: both streams, every chunk
     def teacher_forced(self, streams: Streams, text: torch.Tensor, attn_mask: torch.Tensor, recompute: bool = False
@@ -123,9 +134,9 @@ class LingBotVATransformer(ModelMixin, ConfigMixin):
         )
         for index, block in enumerate(self.blocks):
             if recompute and torch.is_grad_enabled():
-                hidden = checkpoint(self._block, block, index, hidden, ctx, None, None, None, use_reentrant=False)
+                hidden = checkpoint(self._block, block, index, hidden, ctx, None, use_reentrant=False)
             else:
-                hidden = self._block(block, index, hidden, ctx, None, None, None)
+                hidden = self._block(block, index, hidden, ctx, None)
         out = self._head(hidden, temb)
         video_len, action_len = groups[0][0].shape[1], groups[2][0].shape[1]
         video = wan.unpatchify(self, self.proj_out(out[:, :video_len]), grid)
@@ -150,31 +161,27 @@ class LingBotVATransformer(ModelMixin, ConfigMixin):
         shift, scale = (self.scale_shift_table[None] + temb[:, :, None]).unbind(2)
         return (self.norm_out(hidden.float()) * (1 + scale) + shift).type_as(hidden)
 
-    def _stream(self, hidden, embedder, proj_out, timesteps, positions, text, text_kv, cache, mode) -> torch.Tensor:
+    def _stream(self, hidden, embedder, proj_out, timesteps, positions, text, text_kv, caches, mode) -> torch.Tensor:
         """Tokens (B, L, D) at per-token timesteps (B, L) through every block, then the stream's output head."""
         temb, mod = _time_embedding(embedder, timesteps, hidden.dtype)
         known = text_kv is not None and len(text_kv) == len(self.blocks)  # then the projected text is not needed
+        ragged = RaggedCaches(caches, hidden.shape[0] // len(caches), hidden.shape[1], mode) if caches else None
         ctx = LayerContext(
             video_mod=mod, action_mod=None, video_text=None if known else self.condition_embedder.text_embedder(text),
             action_text=None, rotary=rotary(positions, self.config.attention_head_dim), backend=self.attention_kernel,
-            cross_kv=text_kv,
+            cross_kv=text_kv, attn_mask=None if ragged is None else ragged.mask,
         )
-        slots = visible = None
-        if cache is not None:
-            slots = cache.reserve(hidden.shape[1], mode)
-            visible = cache.visible()
         for index, block in enumerate(self.blocks):
-            hidden = self._block(block, index, hidden, ctx, cache, slots, visible)
-        if cache is not None and mode == WriteMode.TEMPORARY:
-            cache.release(slots)
+            hidden = self._block(block, index, hidden, ctx, ragged)
+        if ragged is not None:
+            ragged.close()
         return proj_out(self._head(hidden, temb))
 
-    def _block(self, block, index, hidden, ctx: LayerContext, cache, slots, visible) -> torch.Tensor:
+    def _block(self, block, index, hidden, ctx: LayerContext, ragged: RaggedCaches | None) -> torch.Tensor:
         mods = wan.block_modulation(block, ctx.video_mod)
         q, k, v = wan.self_attention_qkv(block, hidden, mods, ctx.rotary)
-        if cache is not None:
-            cache.store(index, slots, k, v)
-            k, v = cache.gather(index, visible)
+        if ragged is not None:
+            k, v = ragged.attend(index, k, v)
         out = attention(q, k.to(q.dtype), v.to(q.dtype), ctx.backend, ctx.attn_mask)
         hidden = wan.finish_self_attention(block, hidden, out.flatten(2), mods)
         return cross_and_ffn(block, hidden, mods, ctx.video_text, ctx, index)

@@ -7,9 +7,13 @@ one first writes what happened into its cache (their ``compute_kv_cache``: the k
 predicted last, sent back through the robot's units as their client sends it), then predicts the next chunk.
 The first chunk's frame-0 actions are not returned: they belong to the observed frame (their client skips them).
 
-Episodes are kept, least recently used first out, up to ``max_episodes``; a call that continues an episode no
-longer held is refused (its cache is gone: it cannot be continued on a wrong one). Rows run one after another:
-batching episodes is the broker's next step.
+A call's rows run as one batch (:func:`~agents.wam.lingbot_va.sampling.infer_chunks`): episodes at different
+chunks, cache fill and frames side by side, each on its own cache, generator and VAE state, so a row's actions do
+not depend on its company (tests/test_lingbot_va_batching.py). The policy holds ``episode_capacity`` episodes:
+as many as the device's free memory holds once the weights are loaded, at most ``max_episodes``
+(:mod:`agents.wam.lingbot_va.memory`), their caches allocated up front. The broker admits no more; used
+alone, a new episode past it lets the least recently used one go, and a call that continues an episode no
+longer held is refused (its cache is gone: it cannot be continued on a wrong one).
 
     policy = LingBotVAPolicy.from_release("lingbot-va-libero", "lingbot_va_libero")  # their folder as published
     policy = LingBotVAPolicy.from_checkpoint("outputs/libero_lingbot_va_lora/checkpoint")  # python -m training's
@@ -30,12 +34,13 @@ from agents.episode_memory import EPISODE, SEEN
 from agents.policy import EpisodicPolicy, Prediction
 from agents.wam.lingbot_va.config import LingBotVAConfig
 from agents.wam.lingbot_va.inputs import LingBotVAInputs, convention
+from agents.wam.lingbot_va.memory import CachePool, episodes_that_fit, free_bytes
 from agents.wam.lingbot_va.prompt import PromptEncoder
-from agents.wam.lingbot_va.sampling import feed_back, infer_chunk
+from agents.wam.lingbot_va.sampling import feed_back_chunks, infer_chunks
 from agents.wam.lingbot_va.state import EpisodeState, new_episode
 from envs.protocol import INSTRUCTION, PIXELS
 
-MAX_EPISODES = 16  # episodes a worker holds at once (one per actor it serves, in evaluation)
+MAX_EPISODES = 64  # the most episodes a worker holds at once, however much memory it has
 
 
 class LingBotVAPolicy(EpisodicPolicy):
@@ -46,7 +51,8 @@ class LingBotVAPolicy(EpisodicPolicy):
         if max_episodes < 1:
             raise ValueError(f"max_episodes={max_episodes} must be >= 1")
         self.model, self.vae, self.prompts, self.config, self.inputs = model, vae, prompts, config, inputs
-        self.max_episodes = max_episodes
+        self.episode_capacity = episodes_that_fit(config, model.dtype, free_bytes(model.device), max_episodes)
+        self._caches = CachePool(config, self.episode_capacity, model.dtype, model.device)
         self.action_horizon = inputs.chunk_actions  # the first chunk of an episode runs action_per_frame fewer
         self.num_inference_steps = config.video_steps + config.action_steps
         self._episodes: OrderedDict[int, EpisodeState] = OrderedDict()
@@ -101,65 +107,73 @@ class LingBotVAPolicy(EpisodicPolicy):
         if EPISODE not in obs or SEEN not in obs:
             raise ValueError("a LingBot-VA call needs each row's episode id and the frames seen since its last call "
                              "(obs['episode'], obs['seen']): drive it with agents.episode_memory.MemoryChunkAgent")
-        rows = len(obs[EPISODE])
-        self._check_rows(obs)
-        seeds = list(noise_seeds) if noise_seeds is not None else [None] * rows
-        return Prediction(np.stack([self._row(obs, i, seeds[i]) for i in range(rows)]))
+        episodes = [int(episode) for episode in obs[EPISODE]]
+        steps = self._check_rows(obs, episodes)
+        seeds = list(noise_seeds) if noise_seeds is not None else [None] * len(episodes)
+        if steps == 0:
+            states = [self._start(episode, obs[INSTRUCTION][i], seeds[i]) for i, episode in enumerate(episodes)]
+            first = [self._pixels({camera: image[i][None] for camera, image in obs[PIXELS].items()})
+                     for i in range(len(episodes))]
+        else:
+            states = [self._continued(episode, steps) for episode in episodes]
+            self._feed_back(obs, episodes, states)
+            first = [None] * len(episodes)
+        chunks = infer_chunks(self.model, self.vae, self.config, states, first)
+        actions = []
+        for episode, chunk in zip(episodes, chunks):
+            self._last_chunk[episode] = chunk.actions[0].float().cpu().numpy()
+            actions.append(self.inputs.env_actions(self._last_chunk[episode], first=steps == 0))
+        return Prediction(np.stack(actions))
 
-    def _check_rows(self, obs: Mapping[str, Any]) -> None:
+    def _check_rows(self, obs: Mapping[str, Any], episodes: list[int]) -> int:
         """Refuse a call before any episode changes (an EpisodicPolicy's contract: a worker retries a failed call row
-        by row, and a row already fed back must not be fed back twice)."""
+        by row, and a row already fed back must not be fed back twice). The frames each row saw: 0 in a first chunk."""
         steps = {len(frames) for seen in obs[SEEN].values() for frames in seen}
         if len({n == 0 for n in steps}) > 1:
             raise ValueError("rows of one call must be at the same point of their episodes (first chunk or not): "
                              "MemoryChunkAgent groups them so")
+        if len(set(episodes)) < len(episodes) or len(episodes) > self.episode_capacity:
+            raise ValueError(f"a call of {len(episodes)} rows for {len(set(episodes))} episodes: each row must be an "
+                             f"episode of its own, at most episode_capacity={self.episode_capacity} of them")
         if 0 not in steps:
-            for episode in obs[EPISODE]:
-                self._continued(int(episode), max(steps))
+            for episode in episodes:
+                self._continued(episode, max(steps))
+        return max(steps)
 
     def end_episode(self, episode: int) -> None:
         """Release an episode's state (its cache) now: the broker calls it on the episode's worker when its env
         is reset, its actor is gone or the run ends."""
         self._episodes.pop(episode, None)
         self._last_chunk.pop(episode, None)
+        self._caches.give_back(episode)
 
-    def _row(self, obs: Mapping[str, Any], i: int, seed: int | None) -> np.ndarray:
-        episode = int(obs[EPISODE][i])
-        seen = {camera: frames[i] for camera, frames in obs[SEEN].items()}
-        steps = len(next(iter(seen.values())))
-        if steps == 0:
-            state = self._start(episode, obs[INSTRUCTION][i], seed)
-            first = {camera: image[i][None] for camera, image in obs[PIXELS].items()}
-            chunk = infer_chunk(self.model, self.vae, self.config, state, self._pixels(first))
-        else:
-            state = self._continued(episode, steps)
-            key_frames = {camera: frames[self.inputs.steps_per_key_frame - 1 :: self.inputs.steps_per_key_frame]
-                          for camera, frames in seen.items()}
-            executed = self.inputs.normalized(self.inputs.unnormalized(self._last_chunk[episode]))  # as their client sends it
-            feed_back(self.model, self.vae, self.config, state, self._pixels(key_frames),
-                      torch.from_numpy(executed)[None].to(state.text))
-            chunk = infer_chunk(self.model, self.vae, self.config, state)
-        model_actions = chunk.actions[0].float().cpu().numpy()
-        self._last_chunk[episode] = model_actions
-        return self.inputs.env_actions(model_actions, first=steps == 0)
+    def _feed_back(self, obs: Mapping[str, Any], episodes: list[int], states: list[EpisodeState]) -> None:
+        """Write what each row's episode saw and did since its last call into its cache, all rows in one batch."""
+        pixels, executed = [], []
+        every = self.inputs.steps_per_key_frame
+        for i, (episode, state) in enumerate(zip(episodes, states)):
+            pixels.append(self._pixels({camera: frames[i][every - 1 :: every] for camera, frames in obs[SEEN].items()}))
+            sent = self.inputs.normalized(self.inputs.unnormalized(self._last_chunk[episode]))  # as their client sends it
+            executed.append(torch.from_numpy(sent)[None].to(state.text))
+        feed_back_chunks(self.model, self.vae, self.config, states, pixels, executed)
 
     def _start(self, episode: int, instruction: str, seed: int | None) -> EpisodeState:
         self.end_episode(episode)
-        while len(self._episodes) >= self.max_episodes:
+        while len(self._episodes) >= self.episode_capacity:
             self.end_episode(next(iter(self._episodes)))
         device = self.model.device
         generator = torch.Generator(device)
         generator.manual_seed(int(seed)) if seed is not None else generator.seed()
         prompt, empty = self.prompts.encode(self.inputs.prompt(instruction), self.config.uses_guidance)
-        state = new_episode(self.config, self.vae, prompt, empty, generator, self.model.dtype)
+        state = new_episode(self.config, self.vae, prompt, empty, generator, self.model.dtype, self._caches.take(episode))
         self._episodes[episode] = state
         return state
 
     def _continued(self, episode: int, steps: int) -> EpisodeState:
         if episode not in self._episodes:
             raise ValueError(f"episode {episode} continues ({steps} frames seen) but its state is not held here (more "
-                             f"than max_episodes={self.max_episodes} episodes at once, or a restarted worker): "
-                             "restart the episode, or raise max_episodes")
+                             f"than episode_capacity={self.episode_capacity} episodes at once, or a restarted worker): "
+                             "restart the episode")
         self._episodes.move_to_end(episode)
         return self._episodes[episode]
 

@@ -4,13 +4,14 @@ Their server keeps it in attributes reset by ``_reset`` (wan_va/wan_va_server.py
 the streaming VAE's feature cache, the prompt embeddings, the frame index the next chunk starts at
 (``frame_st_id``) and the first observation's latents (``init_latent``); their noise comes from the global
 generator. Here :func:`new_episode` makes that state and the sampler (:mod:`agents.wam.lingbot_va.sampling`)
-reads and advances it, so episodes never share anything and can later be batched side by side. The text's
-cross-attention keys and values, which their model recomputes in every call, are made once per episode here
-(the same numbers: the text does not change within an episode).
+reads and advances it, so episodes never share anything and are batched side by side (:class:`EpisodeBatch`).
+The text's cross-attention keys and values, which their model recomputes in every call, are made once per
+episode here (the same numbers: the text does not change within an episode).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -41,9 +42,10 @@ class EpisodeState:
 
 def new_episode(
     config: LingBotVAConfig, vae: AutoencoderKLWan, prompt: torch.Tensor, empty_prompt: torch.Tensor | None,
-    generator: torch.Generator, dtype: torch.dtype = torch.float32,
+    generator: torch.Generator, dtype: torch.dtype = torch.float32, cache: KVCache | None = None,
 ) -> EpisodeState:
-    """A fresh episode (their ``_reset``): an empty cache of ``config.cache_slots`` slots and an empty VAE state.
+    """A fresh episode (their ``_reset``): an empty cache of ``config.cache_slots`` slots (``cache``: one from a
+    worker's pool, else one of its own) and an empty VAE state.
 
     ``prompt``/``empty_prompt``: (1, text_tokens, text_dim) text-encoder states of the instruction and of "" (zero
     past each prompt's tokens, as their encode_prompt returns them); ``empty_prompt`` is needed only with guidance.
@@ -59,6 +61,50 @@ def new_episode(
         raise ValueError(f"prompt embeddings of shape {tuple(text.shape[1:])}; the model takes (text_tokens, text_dim) "
                          f"= {expected}")
     t = config.transformer
-    cache = KVCache(t.num_layers, len(rows), config.cache_slots, t.num_attention_heads, t.attention_head_dim,
-                    dtype=dtype, device=text.device)
+    if cache is None:
+        cache = KVCache.empty(t.num_layers, len(rows), config.cache_slots, t.num_attention_heads, t.attention_head_dim,
+                              dtype=dtype, device=text.device)
+    elif cache.keys.shape != (t.num_layers, len(rows), config.cache_slots, t.num_attention_heads, t.attention_head_dim):
+        raise ValueError(f"a cache of shape {tuple(cache.keys.shape)} for an episode of {config.preset}: take it from a "
+                         "pool made for this config")
     return EpisodeState(cache=cache, vae_cache=new_feature_cache(vae), text=text, generator=generator)
+
+
+class EpisodeBatch:
+    """Episodes that run a chunk's calls together: each call stacks ``rows`` rows per episode, episode-major (the
+    prompted row, then the unprompted one), and each episode reads and writes its own cache
+    (:mod:`agents.wam.lingbot_va.ragged`). A call may run fewer rows than the caches hold (:meth:`text_kv`)."""
+
+    def __init__(self, states: Sequence[EpisodeState]):
+        if not states or len({state.cache.rows for state in states}) != 1:
+            raise ValueError("an episode batch needs episodes of one config (as many guidance rows each)")
+        self.states = list(states)
+        self.rows = self.states[0].cache.rows
+        self.caches = [state.cache for state in self.states]
+        self._text_kv: dict[int, dict] = {}  # rows -> the episodes' text keys and values stacked, made once
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def starts(self, rows: int) -> torch.Tensor:
+        """(episodes x rows,) the latent frame each row's chunk starts at."""
+        frames = torch.tensor([state.frame for state in self.states], device=self.states[0].text.device)
+        return frames.repeat_interleave(rows)
+
+    def text_kv(self, model, rows: int) -> dict:
+        """Every layer's text keys and values of the first ``rows`` rows of each episode, stacked as the call's rows
+        (each episode's made once, on its first call)."""
+        if rows not in self._text_kv:
+            for state in self.states:
+                if not state.text_kv:
+                    state.text_kv.update(model.text_keys_values(state.text))
+            layers = self.states[0].text_kv.keys()
+            self._text_kv[rows] = {
+                layer: tuple(_stacked([state.text_kv[layer][i][:rows] for state in self.states]) for i in (0, 1))
+                for layer in layers
+            }
+        return self._text_kv[rows]
+
+
+def _stacked(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)  # one episode's own rows: a view, no copy
