@@ -1,6 +1,7 @@
 """Many autoregressive episodes at once: batched vs one at a time, measured side by side in one run (issue 52).
 
     python bench/lingbot_va_batching.py                          # every part below, CPU
+    python bench/lingbot_va_batching.py --part broker --latency-ms 1000 --per-row-ms 50 --warmup-s 10 --measure-s 40
     python bench/lingbot_va_batching.py --device cuda --size full --episodes 1 4 8 16 --part model   # on a GPU
 
 Part ``model``: LingBot-VA itself (random weights, ``lingbot_va_libero``'s protocol: 20 video and 50 action

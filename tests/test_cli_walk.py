@@ -138,6 +138,7 @@ ROWS = [
     row("tiny-fastwam-zero-image", "scripts/tiny_fastwam_checkpoint.py", "out", "--image-size", "0"),
     row("tiny-lingbot-va-output-is-a-file", "scripts/tiny_lingbot_va_release.py", "{file}"),
     row("inspect-lingbot-va-not-a-release", "scripts/inspect_lingbot_va.py", "{dir}"),
+    row("export-lingbot-va-output-exists", "scripts/export_lingbot_va_release.py", "{dir}", "{dir}"),
     row("lerobot-crosscheck-missing-dataset", "scripts/lerobot_crosscheck.py", "{missing}", "--lerobot", "{missing}",
         "--work", "w"),
     row("gen-docs-unknown-flag", "scripts/gen_docs.py", "--chek"),
@@ -154,6 +155,8 @@ EXEMPT = {  # developer scripts, not walked
     "scripts/fastwam_reference.py": "runs in a scratch venv outside the project, on FastWAM's own code",
     "scripts/fastwam_encoders_reference.py": "runs in a scratch venv outside the project, on FastWAM's own code",
     "scripts/lingbot_va_reference.py": "runs outside the project, on LingBot-VA's own code",
+    "scripts/lingbot_va_train_reference.py": "runs outside the project, on LingBot-VA's own training code",
+    "scripts/build_deepspeed_ops.py": "takes no input: compiles DeepSpeed's CPU ops (make test runs it)",
     "scripts/lerobot/side.py": "runs in LeRobot's venv, driven by scripts/lerobot_crosscheck.py (which is walked)",
 }
 

@@ -71,7 +71,9 @@ def _their_draws(io, name: str) -> list[torch.Tensor]:
 def test_the_training_levels_and_weights_are_theirs(io, shift):
     schedule = FlowSchedule.training(shift)
     torch.testing.assert_close(schedule.timesteps, io[f"table.{shift}.timesteps"], rtol=0, atol=0)
-    torch.testing.assert_close(schedule.training_weights(), io[f"table.{shift}.weights"], rtol=1e-6, atol=1e-7)
+    # float32 exp rounds differently on different CPUs' vector units (the fixture's machine was an AMD EPYC; an Intel
+    # Xeon differs by up to 4.5e-6 relative on the smallest weights)
+    torch.testing.assert_close(schedule.training_weights(), io[f"table.{shift}.weights"], rtol=1e-5, atol=1e-6)
 
 
 def test_the_clip_actions_are_their_datasets(io):
