@@ -82,20 +82,27 @@ class StreamClock:
         return out
 
 
-def run(args) -> dict:
-    device, dtype = torch.device(args.device), torch.bfloat16 if args.device == "cuda" else torch.float32
-    config = libero_config(args.size)
-    torch.manual_seed(0)
+def build(size: str, device: torch.device, dtype: torch.dtype):
+    """(config, transformer, VAE) under lingbot_va_libero at ``size``, random weights (seed 0), made in ``dtype``
+    on ``device`` (in bf16 on the GPU: 5 B parameters are 20 GB in fp32)."""
     from diffusers import AutoencoderKLWan
 
+    config = libero_config(size)
+    torch.manual_seed(0)
     default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # built in bf16 on the GPU: 5 B parameters are 20 GB in fp32
+    torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
             model = LingBotVATransformer(**config.transformer.kwargs()).eval()
             vae = AutoencoderKLWan(**config.vae.vae_kwargs()).eval()
     finally:
         torch.set_default_dtype(default)
+    return config, model, vae
+
+
+def run(args) -> dict:
+    device, dtype = torch.device(args.device), torch.bfloat16 if args.device == "cuda" else torch.float32
+    config, model, vae = build(args.size, device, dtype)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     text = torch.randn(1, config.text_tokens, config.transformer.text_dim, device=device, dtype=dtype)
     state = new_episode(config, vae, text, torch.zeros_like(text), torch.Generator(device).manual_seed(0), dtype)

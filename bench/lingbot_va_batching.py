@@ -47,25 +47,6 @@ sys.path.insert(0, str(Path(__file__).parent))  # the bench's own modules (stand
 LIBERO_STEPS, CHUNK_ACTIONS = 800, 16  # a LIBERO-Long episode's most steps; actions a chunk
 
 
-def _build(size: str, device: torch.device, dtype: torch.dtype):
-    from diffusers import AutoencoderKLWan
-    from lingbot_va import libero_config
-
-    from agents.wam.lingbot_va.model import LingBotVATransformer
-
-    config = libero_config(size)
-    torch.manual_seed(0)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = LingBotVATransformer(**config.transformer.kwargs()).eval()
-            vae = AutoencoderKLWan(**config.vae.vae_kwargs()).eval()
-    finally:
-        torch.set_default_dtype(default)
-    return config, model, vae
-
-
 def _episodes(config, vae, n: int, device: torch.device, dtype: torch.dtype) -> list:
     from agents.wam.lingbot_va.state import new_episode
 
@@ -87,7 +68,9 @@ def _chunks(model, vae, config, states, chunks: int, frames) -> None:
 def model_part(args) -> None:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    config, model, vae = _build(args.size, device, dtype)
+    from lingbot_va import build
+
+    config, model, vae = build(args.size, device, dtype)
     h, w = config.image_size
     frames = lambda count: torch.rand(len(config.cameras), 3, count, h, w, device=device, dtype=dtype) * 2 - 1  # noqa: E731
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

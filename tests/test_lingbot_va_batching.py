@@ -26,41 +26,28 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from diffusers import AutoencoderKLWan
-from safetensors.torch import load_file
 
-from agents.wam.lingbot_va.checkpoint import load_transformer
 from agents.wam.lingbot_va.memory import CachePool, episode_bytes, episodes_that_fit
-from agents.wam.lingbot_va.model import LingBotVATransformer
 from agents.wam.lingbot_va.sampling import feed_back, feed_back_chunks, infer_chunk, infer_chunks
 from agents.wam.lingbot_va.state import EpisodeState, new_episode
 from tests.test_lingbot_va_parity import (
     EPISODES,
-    FIXTURE,
     TOL,
     _assert_bookkeeping,
     _config,
     _pixels,
     _start,
     _text,
+    their_fixture,
 )
 
 CONFIG = _config("a")
 
 
-@pytest.fixture(scope="module")
-def io() -> dict[str, torch.Tensor]:
-    return load_file(str(FIXTURE / "io.safetensors"))
-
-
-@pytest.fixture(scope="module")
-def model() -> LingBotVATransformer:
-    return load_transformer(FIXTURE / "transformer")
-
-
-@pytest.fixture(scope="module")
-def vae() -> AutoencoderKLWan:
-    return AutoencoderKLWan.from_pretrained(FIXTURE / "vae", use_safetensors=True).eval()
+@pytest.fixture(scope="module", name="theirs")
+def _theirs():
+    """(their inputs and outputs, the transformer, the VAE) of test_lingbot_va_parity.py's fixture."""
+    return their_fixture()
 
 FRAMES = 1 + 4 * CONFIG.frame_chunk_size * 8  # enough key frames for 8 chunks
 
@@ -141,15 +128,16 @@ def _close(ours: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_ragged_shuffled_batches_compute_what_each_episode_computes_alone(io, model, vae, seed):
+def test_ragged_shuffled_batches_compute_what_each_episode_computes_alone(theirs, seed):
+    io, model, vae = theirs
     episodes = _episodes(io, vae)
     _run_batched(episodes, model, vae, seed)
     worst = 0.0
     for c, out in enumerate(episodes["a"].out):  # theirs
         worst = max(worst, _close(out["latents"], io[f"a.{c}.latents"]), _close(out["actions"], io[f"a.{c}.actions"][..., 0]))
         if "fed_back" in out:  # theirs are the key frames' latents (the first chunk's lack the first observation's)
-            theirs = io[f"a.{c}.feedback_latents"]
-            worst = max(worst, _close(out["fed_back"][:, :, -theirs.shape[2]:], theirs))
+            fed = io[f"a.{c}.feedback_latents"]
+            worst = max(worst, _close(out["fed_back"][:, :, -fed.shape[2]:], fed))
     _assert_bookkeeping(episodes["a"].state.cache, io, f"a.{EPISODES['a']['chunks'] - 1}.cache_after_infer")
     against_theirs, worst = worst, 0.0
     for name, seed_of in (("early", 101), ("twin", 202), ("late", 303)):
@@ -159,7 +147,8 @@ def test_ragged_shuffled_batches_compute_what_each_episode_computes_alone(io, mo
     print(f"largest |batched - theirs| {against_theirs:.2e}, |batched - alone| {worst:.2e}")
 
 
-def test_unguided_actions_run_one_row_per_episode(io, model, vae, monkeypatch):
+def test_unguided_actions_run_one_row_per_episode(theirs, monkeypatch):
+    _, model, vae = theirs
     rows = []
     action = type(model).action
 
@@ -178,7 +167,7 @@ def test_unguided_actions_run_one_row_per_episode(io, model, vae, monkeypatch):
     assert rows == [6]  # the executed actions are kept for both rows: the unprompted video row reads them
 
 
-def test_a_worker_holds_what_its_memory_holds(vae):
+def test_a_worker_holds_what_its_memory_holds():
     per_episode = episode_bytes(CONFIG, torch.float32)
     assert episodes_that_fit(CONFIG, torch.float32, 10 * per_episode, max_episodes=64) == 9  # a tenth kept back
     assert episodes_that_fit(CONFIG, torch.float32, 100 * per_episode, max_episodes=16) == 16
@@ -193,7 +182,8 @@ def test_a_worker_holds_what_its_memory_holds(vae):
     assert not pool.take(3).valid.any()  # a fresh cache on the block episode 1 left
 
 
-def test_episodes_of_other_configs_do_not_share_a_batch(io, model, vae):
+def test_episodes_of_other_configs_do_not_share_a_batch(theirs):
+    io, model, vae = theirs
     states = [_start(io, "a", vae), _start(io, "c", vae)]  # 2 guidance rows, and 1
     with pytest.raises(ValueError, match="episodes of one config"):
         infer_chunks(model, vae, CONFIG, states, [None, None])

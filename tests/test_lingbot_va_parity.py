@@ -29,6 +29,7 @@ shapes and parameter count (full_size.json, built from their code the same way).
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -54,19 +55,26 @@ THEIRS = json.loads((FIXTURE / "config.json").read_text())
 EPISODES = {episode["name"]: episode for episode in THEIRS["episodes"]}
 
 
+@functools.cache
+def their_fixture() -> tuple[dict[str, torch.Tensor], LingBotVATransformer, AutoencoderKLWan]:
+    """Their inputs and outputs, their transformer through our loader, the fixture's VAE (loaded once)."""
+    return (load_file(str(FIXTURE / "io.safetensors")), load_transformer(FIXTURE / "transformer"),
+            AutoencoderKLWan.from_pretrained(FIXTURE / "vae", use_safetensors=True).eval())
+
+
 @pytest.fixture(scope="module")
 def io() -> dict[str, torch.Tensor]:
-    return load_file(str(FIXTURE / "io.safetensors"))
+    return their_fixture()[0]
 
 
 @pytest.fixture(scope="module")
 def model() -> LingBotVATransformer:
-    return load_transformer(FIXTURE / "transformer")
+    return their_fixture()[1]
 
 
 @pytest.fixture(scope="module")
 def vae() -> AutoencoderKLWan:
-    return AutoencoderKLWan.from_pretrained(FIXTURE / "vae", use_safetensors=True).eval()
+    return their_fixture()[2]
 
 
 def _config(name: str):
