@@ -3,24 +3,30 @@
 ``gymnasium.make("wam_gym/MetaWorld-pick-place-v3")`` works after ``pip install`` with no
 import (see ``wam_gym/gym_hook.py``). This package adds id checking with suggestions and a
 vector-env helper that never forks a process holding a GL context.
+
+A benchmark outside this repository joins with :func:`register_suite`, or on its own install through an
+entry point of the group ``wam_gym.suites`` (envs/plugins.py; docs/evaluate/add-a-benchmark.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from envs.errors import MissingAssetsError, MissingSimulatorError, UnknownEnvError
-from envs.registry import Suite, all_env_ids, register_envs, suite_of, suites
+from envs.errors import MissingAssetsError, MissingSimulatorError, SuiteHeaderError, UnknownEnvError
+from envs.registry import Suite, all_env_ids, env_id, register_envs, register_suite, suite_of, suites
 
 __all__ = [
     "MissingAssetsError",
     "MissingSimulatorError",
     "Suite",
+    "SuiteHeaderError",
     "UnknownEnvError",
     "all_env_ids",
+    "env_id",
     "make",
     "make_vec",
     "register_envs",
+    "register_suite",
     "suite_of",
     "suites",
 ]

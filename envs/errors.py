@@ -18,6 +18,10 @@ class MissingAssetsError(FileNotFoundError):
     pass
 
 
+class SuiteHeaderError(ValueError):
+    """A suite's header (envs/header.py) is not what the registry takes; the message says what to change."""
+
+
 def import_simulator(module: str, suite: str, extra: str) -> ModuleType:
     """Import a simulator package, or say which extra installs it."""
     try:

@@ -1,9 +1,10 @@
-"""The table of wam_gym env ids: which suite, which entry point, how to install it.
+"""The table of env ids: which suite, which entry point, how to install it.
 
-Each suite is a package whose ``__init__`` is a light header (ids, tasks, instructions;
-no gymnasium, no simulator) and whose ``env`` module holds the env class. The registry
-imports only headers, so gymnasium's import hook can build it even while an env module
-is itself being imported, and registration costs microseconds.
+A suite is declared by its header module: a package whose docstring says what its envs observe and take
+(envs/header.py) and whose ``SUITE`` lists its ids; its ``env`` module holds the env class. The built-in
+suites (``BUILTIN_SUITES``) and those of other packages (entry points of the group ``wam_gym.suites``,
+envs/plugins.py) are added the same way, by :func:`register_suite`. The registry imports only headers, so
+gymnasium's import hook can build it even while an env module is itself being imported.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from types import ModuleType
 from typing import Any
 
-from envs.errors import UnknownEnvError
+from envs.errors import SuiteHeaderError, UnknownEnvError
 
 NAMESPACE = "wam_gym"
-_SUITE_MODULES = (
+BUILTIN_SUITES = (  # header modules, in the order listings and the env reference show them
     "envs.metaworld",
     "envs.libero",
     "envs.robosuite",
@@ -34,7 +36,7 @@ _SUITE_MODULES = (
 class Suite:
     """One benchmark suite and the env ids it registers."""
 
-    name: str  # short name, also the pip extra
+    name: str  # short name (--suite, SERVE.suite); for a built-in suite also the pip extra
     title: str
     entry_point: str  # "module:Class" gymnasium imports on make()
     simulator_module: str  # import name whose presence means "installed"
@@ -48,10 +50,11 @@ class Suite:
     # clients send a policy server, read from their code; the policy server turns them upright from it
     driver_frames: str = "upright"
     lazy_pixels: bool = True  # its envs take lazy_pixels=True (render only when asked; envs/contract.py)
+    install_command: str = ""  # how to install its simulator; empty: wam_gym's extra of its name (a plugin sets its own)
 
     @property
     def install(self) -> str:
-        return f"pip install 'wam_gym[{self.name}]'"
+        return self.install_command or f"pip install 'wam_gym[{self.name}]'"
 
     def installed(self) -> bool:
         return importlib.util.find_spec(self.simulator_module) is not None
@@ -60,13 +63,78 @@ class Suite:
         return self.max_steps_by_id.get(env_id, self.max_episode_steps)
 
 
-def env_id(name: str, version: int) -> str:
-    return f"{NAMESPACE}/{name}-v{version}"
+def env_id(name: str, version: int, namespace: str = NAMESPACE) -> str:
+    return f"{namespace}/{name}-v{version}"
 
 
-@cache
+_headers: dict[str, ModuleType] = {}  # suite name -> its header module, in registration order
+_plugin_errors: dict[str, str] = {}  # entry-point name -> why that plugin was skipped, one line (envs/plugins.py)
+_loaded = False
+
+
+def _load() -> None:
+    """The built-in suites, then the plugins' (once per process)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True  # first: a plugin's header importing envs.registry must not start this again
+    for module in BUILTIN_SUITES:
+        _add(importlib.import_module(module))  # a bad built-in header is our bug: raise
+    from envs.plugins import load_plugins
+
+    _plugin_errors.update(load_plugins(_add))
+
+
+def _add(header: ModuleType) -> Suite:
+    """Check ``header`` and add its suite; the same header again is a no-op."""
+    from envs.header import check_header
+
+    suite = check_header(header)
+    if _headers.get(suite.name) is header:
+        return suite
+    where = f"suite header {header.__name__!r}"
+    if suite.name in _headers:
+        raise SuiteHeaderError(f"{where}: the suite name {suite.name!r} is taken by {_headers[suite.name].__name__!r}: "
+                               "give SUITE another name")
+    taken = all_env_ids()
+    clash = [i for i in suite.env_kwargs if i in taken]
+    if clash:
+        raise SuiteHeaderError(f"{where}: env id {clash[0]!r} is registered by suite {taken[clash[0]].name!r}: give "
+                               "the ids your own namespace (envs.env_id(name, version, namespace='yours'))")
+    _headers[suite.name] = header
+    return suite
+
+
+def register_suite(header: ModuleType | str) -> Suite:
+    """Add a benchmark suite, declared by its header module (or that module's import name), to the registry.
+
+    Its ids then work everywhere the built-in ones do: ``gymnasium.make``, ``envs.make``, ``python -m
+    wam_gym.envs list`` / ``check`` and evaluation. A package makes this happen on its own install with an entry
+    point of the group ``wam_gym.suites`` naming the header module (docs/evaluate/add-a-benchmark.md). A bad header
+    raises :class:`~envs.errors.SuiteHeaderError`, saying what to fix; registering the same header again is a no-op.
+    """
+    _load()
+    suite = _add(importlib.import_module(header) if isinstance(header, str) else header)
+    if "gymnasium" in sys.modules:  # gymnasium's import hook already ran: register the new ids now
+        register_envs()
+    return suite
+
+
 def suites() -> tuple[Suite, ...]:
-    return tuple(importlib.import_module(m).SUITE for m in _SUITE_MODULES)
+    _load()
+    return tuple(header.SUITE for header in _headers.values())
+
+
+def header_module(suite: Suite) -> ModuleType:
+    """The header module that declared ``suite`` (its docstring says what the suite's envs observe and take)."""
+    _load()
+    return _headers[suite.name]
+
+
+def plugin_errors() -> tuple[str, ...]:
+    """Why each suite plugin that failed to load was skipped, one line each."""
+    _load()
+    return tuple(_plugin_errors.values())
 
 
 def all_env_ids() -> dict[str, Suite]:
@@ -82,8 +150,10 @@ def suite_of(env_id_: str) -> Suite:
     names = {i.removeprefix(f"{NAMESPACE}/"): i for i in table}
     near = [names[n] for n in difflib.get_close_matches(env_id_.removeprefix(f"{NAMESPACE}/"), names, n=3, cutoff=0.6)]
     hint = f" Did you mean {', '.join(near)}?" if near else ""
+    skipped = (f" ({len(_plugin_errors)} suite plugin(s) failed to load, {', '.join(_plugin_errors)}: the list "
+               "command says why)") if _plugin_errors else ""
     raise UnknownEnvError(
-        f"unknown env id {env_id_!r}.{hint} List every id with: python -m wam_gym.envs list"
+        f"unknown env id {env_id_!r}.{hint} List every id with: python -m wam_gym.envs list{skipped}"
     )
 
 

@@ -12,6 +12,8 @@
   (wam_gym/utils/ranges.py).
 - bad-inputs.md: the case table ``CASES`` of tests/test_bad_inputs.py, the one source of the
   bad-input catalogue: each case's id, what triggers it, the error and the message that names the fix.
+- the generated parts of written pages (``with_parts``; docs/evaluate/add-a-benchmark.md): the example
+  suite's files as code blocks, and its tables as envs.md gives a suite's, from its header.
 
 tests/test_docs.py runs ``--check``, so a page that is stale fails ``make test``.
 """
@@ -101,6 +103,19 @@ def camera_text(header, param: inspect.Parameter | None, doc: str) -> str:
 def suite_section(header) -> str:
     """The section of one suite, from its header module (``envs.<suite>``, whose ``SUITE`` the registry holds)."""
     suite, doc = header.SUITE, inspect.getdoc(header) or ""
+    ids = len(suite.env_kwargs)
+    header_path = code(header.__name__.replace(".", "/") + "/__init__.py")
+    return "\n\n".join([
+        f"## {suite.title}",
+        f"{ids} env id{'s' * (ids != 1)}; class {code(suite.entry_point)}, described in {header_path}.",
+        *suite_tables(header),
+        f'??? note "The suite\'s notes, from {header.__name__}"\n\n' + textwrap.indent(prose(doc), "    "),
+    ])
+
+
+def suite_tables(header) -> list[str]:
+    """A suite's summary (install, cameras, state, action, image size), its keywords and its ids, from its header."""
+    suite, doc = header.SUITE, inspect.getdoc(header) or ""
     module, cls_name = suite.entry_point.split(":")
     cls = getattr(importlib.import_module(module), cls_name)  # env modules import their simulator lazily
     params = dict(list(inspect.signature(cls.__init__).parameters.items())[1:])  # what gymnasium.make passes on
@@ -117,26 +132,62 @@ def suite_section(header) -> str:
                  "required" if p.default is p.empty else code(fmt_default(p.default))) for name, p in params.items()]
     ids = [(code(i), code(", ".join(f"{k}={v!r}" for k, v in suite.env_kwargs[i].items())) if suite.env_kwargs[i]
             else "-", str(suite.episode_steps(i))) for i in suite.env_kwargs]
-    header_path = code(header.__name__.replace(".", "/") + "/__init__.py")
-    return "\n\n".join([
-        f"## {suite.title}",
-        f"{len(ids)} env id{'s' * (len(ids) != 1)}; class {code(suite.entry_point)}, described in {header_path}.",
+    return [
         table(("", ""), summary),
         "Keywords of `gymnasium.make` / `envs.make`:",
         table(("keyword", "type", "default"), keywords),
         table(("id", "keywords it fixes", "max steps"), ids),
-        f'??? note "The suite\'s notes, from {header.__name__}"\n\n' + textwrap.indent(prose(doc), "    "),
-    ])
+    ]
 
 
 def envs_page() -> str:
-    from envs.registry import _SUITE_MODULES, all_env_ids
+    """The built-in suites only: a plugin installed where this runs is no part of wam_gym's reference."""
+    from envs.registry import BUILTIN_SUITES
 
-    intro = (f"# Environments\n\nEvery env id wam_gym registers ({len(all_env_ids())} in all), by suite: its "
+    headers = [importlib.import_module(m) for m in BUILTIN_SUITES]
+    count = sum(len(h.SUITE.env_kwargs) for h in headers)
+    intro = (f"# Environments\n\nEvery env id wam_gym registers ({count} in all), by suite: its "
              "cameras, state and action, the keywords `gymnasium.make` takes and each id's step limit "
              "(`max_episode_steps`). Spaces are per suite; the notes say where a task differs. "
              "`python -m wam_gym.envs list` prints the ids and which suites this venv has installed.")
-    return HEADER + "\n\n".join([intro, *(suite_section(importlib.import_module(m)) for m in _SUITE_MODULES)]) + "\n"
+    return HEADER + "\n\n".join([intro, *(suite_section(h) for h in headers)]) + "\n"
+
+
+# ----------------------------------------------------------------------------- generated parts of written pages
+# A written page may hold parts generated from the code, each from a begin line saying what goes there to
+# <!-- end generated -->:
+#   <!-- generated: file PATH tested by TEST -->  the file at PATH as a code block titled with its path, under the
+#                                                 doc-test marker naming TEST (" tested by TEST" is optional)
+#   <!-- generated: suite DIR:MODULE -->          the tables of the suite header MODULE, importable from DIR
+PART = re.compile(r"(<!-- generated: (\w+) (\S+)(?: tested by (\S+))? -->\n).*?(<!-- end generated -->)", re.S)
+LANGS = {".py": "python", ".toml": "toml"}
+
+
+def file_part(rel: str, test: str | None) -> str:
+    path = ROOT / rel
+    marker = f"<!-- doc-test: {test} -->\n\n" if test else ""
+    return f'{marker}```{LANGS.get(path.suffix, "text")} title="{rel}"\n{path.read_text()}```\n'
+
+
+def suite_part(spec: str) -> str:
+    """The summary, keyword and id tables of a suite outside the registry (a plugin's header and env class)."""
+    folder, _, module = spec.partition(":")
+    sys.path.insert(0, str(ROOT / folder))
+    try:
+        return "\n\n".join(suite_tables(importlib.import_module(module))) + "\n"
+    finally:
+        sys.path.remove(str(ROOT / folder))
+
+
+def with_parts(rel: str) -> str:
+    """The page at ``rel`` with each generated part as the code now gives it."""
+    def fill(part: re.Match) -> str:
+        begin, kind, arg, test, end = part.groups()
+        if kind not in ("file", "suite"):
+            raise ValueError(f"{rel}: a generated part of kind {kind!r}: write file or suite")
+        return f"{begin}\n{file_part(arg, test) if kind == 'file' else suite_part(arg)}\n{end}"
+
+    return PART.sub(fill, (ROOT / rel).read_text())
 
 
 # ----------------------------------------------------------------------------- config.md
@@ -321,6 +372,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/envs.md": envs_page,
     "docs/reference/config.md": config_page,
     "docs/reference/bad-inputs.md": bad_inputs_page,
+    "docs/evaluate/add-a-benchmark.md": lambda: with_parts("docs/evaluate/add-a-benchmark.md"),
 }
 
 

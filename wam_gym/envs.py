@@ -1,7 +1,11 @@
 """Command line over the env registry.
 
     python -m wam_gym.envs list [--suite NAME] [--installed]
-    python -m wam_gym.envs check ID [--steps N] [--kwarg KEY=VALUE ...]    # build, reset, step, run gymnasium's checker
+    python -m wam_gym.envs check ID [--steps N] [--kwarg KEY=VALUE ...]    # gymnasium's checker and the contract
+
+``list`` shows every registered id: the built-in suites' and those of installed plugins (envs/plugins.py).
+``check`` builds one env, runs gymnasium's env checker on it, then holds its spaces and the observations of a
+seeded reset and ``--steps`` random steps to the observation contract (envs/conformance.py).
 
 ``--kwarg`` passes a constructor keyword (repeatable); a value that parses as JSON is passed
 parsed (``--kwarg image_size=64``, ``--kwarg 'cameras=["corner"]'``), any other as a string
@@ -39,22 +43,29 @@ def _list(args) -> int:
 
 def _check(args) -> int:
     import gymnasium
-    from gymnasium.utils.env_checker import check_env
 
+    from envs.conformance import check_contract
     from envs.protocol import INSTRUCTION, PIXELS, STATE
 
     env = _make(args.id, args.kwarg)
-    check_env(env.unwrapped)
-    obs, _ = env.reset(seed=0)
-    for _ in range(args.steps):
-        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
-            obs, _ = env.reset()
-    env.close()
+    try:
+        _gymnasium_checker(env, args.id)
+        obs = check_contract(env, args.steps)
+    finally:
+        env.close()
     cams = {k: v.shape for k, v in obs[PIXELS].items()}
-    print(f"{args.id}: ok (gymnasium {gymnasium.__version__} checker passed; cameras {cams}; "
-          f"state {obs[STATE].shape}; instruction {obs[INSTRUCTION]!r})")
+    print(f"{args.id}: ok (gymnasium {gymnasium.__version__} checker passed; observation contract kept over "
+          f"{args.steps} steps; cameras {cams}; state {obs[STATE].shape}; instruction {obs[INSTRUCTION]!r})")
     return 0
+
+
+def _gymnasium_checker(env, env_id: str) -> None:
+    from gymnasium.utils.env_checker import check_env
+
+    try:
+        check_env(env.unwrapped)
+    except AssertionError as exc:  # the checker's verdict on the env, not a crash of this command: one line
+        raise ValueError(f"{env_id} fails gymnasium's env checker: {' '.join(str(exc).split())}") from None
 
 
 def _make(env_id: str, kwargs: dict):
@@ -103,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     p_list = sub.add_parser("list", help="every registered env id, its suite and install state")
     p_list.add_argument("--suite", help="only this suite (e.g. metaworld)")
     p_list.add_argument("--installed", action="store_true", help="only suites whose simulator is installed")
-    p_check = sub.add_parser("check", help="make one env, run gymnasium's env checker and a few steps")
+    p_check = sub.add_parser("check", help="make one env, run gymnasium's env checker and hold a few steps to the "
+                                           "observation contract")
     p_check.add_argument("id")
     p_check.add_argument("--steps", type=_steps, default=10, help=f"random steps after the checker (0..{MAX_STEPS})")
     p_check.add_argument("--kwarg", type=_kwarg, action="append", default=[], metavar="KEY=VALUE",

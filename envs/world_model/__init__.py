@@ -5,6 +5,9 @@ dataset=ROOT)``: the dynamics are the checkpoint's action-conditioned video pred
 (:class:`agents.wam.mot.world_model.WorldModel`); ``reset`` starts from an episode of the LeRobot
 dataset at ``ROOT`` (its first frame, state and instruction). Observations follow the wam_gym
 contract with the checkpoint's cameras and image size; actions are the dataset's.
+Cameras: the checkpoint's, at its image size.
+State: the dataset's state, of the checkpoint's ``state_dim``.
+Action: Box of the checkpoint's ``action_dim``, in the dataset's units.
 """
 
 from envs.registry import Suite, env_id
