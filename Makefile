@@ -29,7 +29,7 @@ install: $(VENV)/.installed
 # openpi-client's venvs installing, then the simulators' tests (their lines prefixed with the venv's name), then
 # the main tests named in MAIN_LATE (prefixed [late]), which balance the two lines (the main tests alone are the longer line).
 test:
-	$(MAKE) -j3 test-main deepspeed-ops test-late MAIN_LATE="tests/test_docs.py"
+	$(MAKE) -j3 test-main deepspeed-ops test-late MAIN_LATE="tests/test_docs.py tests/test_cli_walk.py tests/test_demo.py"
 
 MAIN_LATE ?=
 test-main: $(VENV)/.installed
