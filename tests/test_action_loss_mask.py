@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from agents.wam import build_model, preset
 from agents.wam.interface import LossInputs, Objective
-from agents.wam.mot.model import _masked_mse
+from agents.wam.mot.objective import _masked_mse
 
 B = 3
 
