@@ -20,6 +20,9 @@
       !!! note "Not run in the tests"
           Needs a GPU.
           a visible note; the indented line(s) under it say why (a GPU, the Hugging Face hub, ...).
+      > **Not run in the tests:** Needs a GPU.
+          the same note as a Markdown blockquote, for pages GitHub renders (README.md): GitHub shows
+          mkdocs' admonitions as raw text. The reason follows on the same line or the quote's next ones.
 """
 
 from __future__ import annotations
@@ -47,13 +50,15 @@ PYTHON_LANGS = {"python", "py"}
 RUN = "<!-- doc-test: run -->"
 TESTED = re.compile(r"<!-- doc-test: (?P<file>tests/\S+\.py)::(?P<test>\w+) -->")
 NOTE = '!!! note "Not run in the tests"'
+QUOTE_NOTE = "**Not run in the tests:**"  # as a blockquote's first words: > **Not run in the tests:** reason
 # programs that run another entry point (found by its -m, script or target) or name none of their own
 LAUNCHERS = {"bash", "sh", "env", "time", "exec", "sudo", "torchrun", "deepspeed", "accelerate", "make", "cd",
              "export", "echo", "cat", "mkdir", "rm", "cp", "mv", "ls", "set", "source", ".", "kill", "wait",
              "sleep", "curl", "git", "pip", "head", "tail", "test", "[", "for", "do", "done", "if", "then", "fi"}
 OPTIONS = (f"put one of these directly above it: {RUN} (the tests run it); "
            "<!-- doc-test: tests/test_x.py::test_name --> (that test runs it); "
-           f'or the note {NOTE} with the reason on the next, indented line (e.g. "    Needs a GPU.")')
+           f'or the note {NOTE} with the reason on the next, indented line (e.g. "    Needs a GPU."), '
+           f"in README.md the blockquote > {QUOTE_NOTE} with the reason after it")
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,16 @@ def markers_above(lines: list[str], i: int) -> tuple[str, ...]:
             found.append("run" if text == RUN else f"{match['file']}::{match['test']}" if match else f"bad: {text}")
             k -= 1
             continue
+        if text.startswith(">"):  # a blockquote note: its first words the title, then the reason
+            top = k
+            while top > 0 and lines[top - 1].strip().startswith(">"):
+                top -= 1
+            quote = " ".join(line.strip()[1:].strip() for line in lines[top:k + 1])
+            if quote.startswith(QUOTE_NOTE) and quote[len(QUOTE_NOTE):].strip():
+                found.append("note")
+                k = top - 1
+                continue
+            return tuple(found)
         top = k  # a note: indented reason lines under the admonition line
         while top >= 0 and lines[top].strip() and lines[top][:1] in " \t" and lines[top].strip() != NOTE:
             top -= 1
@@ -333,10 +348,30 @@ def test_markers_are_read_as_the_convention_says(tmp_path):
         ```text
         not a command
         ```
+
+        > **Not run in the tests:** Needs a GPU;
+        > the reason may go on.
+
+        ```bash
+        make demo
+        ```
+
+        > **Not run in the tests:**
+
+        ```bash
+        echo a quoted note without its reason
+        ```
+
+        > A quote that is no note.
+
+        ```bash
+        echo unmarked
+        ```
         """)
     assert [(b.line, b.lang, b.markers) for b in blocks] == [
         (1, "bash", ()), (7, "console", ("run",)), (15, "python", ("note",)), (21, "sh", ()),
-        (27, "bash", ("tests/test_docs.py::test_run_block", "run"))]
+        (27, "bash", ("tests/test_docs.py::test_run_block", "run")), (38, "bash", ("note",)), (44, "bash", ()),
+        (50, "bash", ())]
     assert commands(blocks[1]) == ["echo run"]
     assert entry_points(blocks[2]) == [("torch",)]
     assert entry_points(blocks[4]) == [("wam_gym.eval",), ("demo",), ("scripts/install.sh", "install")]
