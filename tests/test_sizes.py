@@ -25,7 +25,6 @@ NOT_SPLIT_YET: dict[str, int | tuple[int, int]] = {
     "training/data/lerobot/writer.py:DatasetWriter.save_episode": 62,
     "training/collect.py:collect": 103,
     "wam_gym/eval/manager.py:EvalManager": (319, 17),
-    "wam_gym/remote.py:RemotePolicy": (221, 20),
     "agents/wam/lingbot_va/config.py:LingBotVAConfig": (175, 24),
     "training/loop.py:train": 76,
     "training/data/clips.py:ClipDataset.__init__": 67,

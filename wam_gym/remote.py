@@ -23,7 +23,6 @@ server trained on the field's frames reads them right, and each observation says
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,23 +35,8 @@ from envs.protocol import INSTRUCTION, PIXELS, batch_size, take_row
 from envs.registry import suite_of
 from wam_gym import __version__
 from wam_gym.keymap import key_map, to_wire
-from wam_gym.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, Message, WireError, as_message, pack_openpi, unpack
-
-# How often a waiting client wakes up to call its on_wait hook (the actor's heartbeat).
-WAIT_SLICE_S = 1.0
-MAX_BACKOFF_S = 2.0  # longest pause between connection attempts while a server restarts
-# A run's first connection: a server never reached is a wrong URL or a server not started, refused in seconds
-# (remote_timeout_s is the budget for a server lost mid-run, while it restarts). A server reached but still
-# loading its model is waited for: its greeting comes within remote_timeout_s.
-FIRST_CONNECT_S = 5.0
-
-
-class PolicyServerLost(ConnectionError):
-    """The server is unreachable, dropped the connection or went silent: rerun the episode."""
-
-
-class PolicyServerError(RuntimeError):
-    """The server answered with an error: a real one, rerunning would not help."""
+from wam_gym.remote_link import PolicyServerError, PolicyServerLost, ServerLink
+from wam_gym.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, as_message, pack_openpi
 
 
 @dataclass
@@ -83,9 +67,7 @@ class RemotePolicy(Predictor):
         self.settings = settings
         self.action_horizon: int | None = None  # from the server's metadata, when it names one
         self.metadata: dict[str, Any] = {}
-        self.on_wait = None  # called about once a second while waiting (the actor's heartbeat)
-        self._ws = None
-        self._seq = 0
+        self.link = ServerLink(settings.url, settings.timeout_s, settings.api_key)  # the websocket, opened on demand
         self._keys: dict[tuple[str, ...], dict[str, tuple[str, ...]]] = {}  # per camera tuple
         self._task, self._started = None, False
         self._frames = UPRIGHT  # how this episode's frames go out (settings.frames of its task)
@@ -110,20 +92,15 @@ class RemotePolicy(Predictor):
         self._connect()
 
     def end_episode(self, success: bool) -> None:
-        if self.settings.protocol == VLA_EVAL and self._started and self._ws is not None:
+        if self.settings.protocol == VLA_EVAL and self._started and self.link.is_open:
             try:  # the result is ours already: a server gone by now changes nothing
-                self._send_message("episode_end", {"success": bool(success)})
+                self.link.send_message("episode_end", {"success": bool(success)})
             except PolicyServerLost:
                 pass
         self._started = False
 
     def close(self) -> None:
-        ws, self._ws = self._ws, None
-        if ws is not None:
-            try:
-                ws.close()  # waits at most close_timeout for a silent server
-            except Exception:  # noqa: BLE001 - the socket is gone either way
-                pass
+        self.link.close()
 
     # ----------------------------------------------------------------- predict
     def predict(self, obs, noise_seeds=None) -> Prediction:
@@ -137,7 +114,7 @@ class RemotePolicy(Predictor):
     def _seeds(self, n: int, noise_seeds) -> list[int]:
         """One call's noise seeds (Predictor.call_seeds), connecting first if needed."""
         seeds = self.call_seeds(n, noise_seeds)
-        if self._ws is None:  # used without begin_episode; a connection lost mid-episode raised already
+        if not self.link.is_open:  # used without begin_episode; a connection lost mid-episode raised already
             self._connect()
         return seeds
 
@@ -145,19 +122,19 @@ class RemotePolicy(Predictor):
         wire = to_wire(row, self._key_map(row), self._frames)
         if self.settings.protocol == OPENPI:
             wire["noise_seed"] = seed  # our extension: wam_gym.serve samples with it, other servers ignore it
-            self._send(pack_openpi(wire))
-            answer = self._recv()
+            self.link.send(pack_openpi(wire))
+            answer = self.link.recv()
             if isinstance(answer, str):  # openpi's server sends its error as a text frame, then closes
                 self.close()
                 raise PolicyServerError(f"the policy server at {self.settings.url} failed: {answer.strip()}")
-            return self._prediction(self._decode(answer))
+            return self._prediction(self.link.decode(answer))
         if not self._started:  # the instruction is known only now, from the first observation
-            self._send_message("episode_start", {"task": {"name": self._task, "instruction": row[INSTRUCTION]},
-                                                 "seed": self.episode_seed})
+            self.link.send_message("episode_start", {"task": {"name": self._task, "instruction": row[INSTRUCTION]},
+                                                     "seed": self.episode_seed})
             self._started = True
-        seq = self._send_message("observation", wire)
+        seq = self.link.send_message("observation", wire)
         while True:
-            message = as_message(self._decode(self._recv()))
+            message = as_message(self.link.decode(self.link.recv()))
             if message is None:
                 raise PolicyServerError(f"the policy server at {self.settings.url} sent a frame that is no vla-eval "
                                         "message; set EVALUATION.remote_protocol=openpi if it is an openpi server")
@@ -189,54 +166,29 @@ class RemotePolicy(Predictor):
             raise PolicyServerError(f"the policy server at {self.settings.url}: {exc}") from None
 
     # ----------------------------------------------------------------- the connection
-    def _connect(self, first: bool = False) -> None:
-        """Open a connection unless one is open, retrying with backoff for ``timeout_s`` (``first``: the run's
-        first connection, for FIRST_CONNECT_S: a server never reached is refused at once, naming the URL)."""
-        from websockets.exceptions import InvalidStatus
-        from websockets.protocol import State
-        from websockets.sync.client import connect
+    @property
+    def on_wait(self):
+        return self.link.on_wait
 
-        if self._ws is not None and self._ws.state is State.OPEN:
-            return
-        self.close()
-        url, timeout = self.settings.url, min(FIRST_CONNECT_S, self.settings.timeout_s) if first else self.settings.timeout_s
-        headers = {"Authorization": f"Api-Key {self.settings.api_key}"} if self.settings.api_key else None
-        deadline, delay = time.monotonic() + timeout, 0.1
-        while True:
-            try:
-                # No pings: a server busy in a long model call (holding its GIL) must not look dead.
-                self._ws = connect(url, compression=None, max_size=None, ping_interval=None, additional_headers=headers,
-                                   open_timeout=max(1.0, min(10.0, deadline - time.monotonic())), close_timeout=1.0)
-                break
-            except InvalidStatus as exc:
-                if exc.response.status_code in (401, 403):
-                    raise PolicyServerError(f"the policy server at {url} refused the connection "
-                                            f"(HTTP {exc.response.status_code}): set EVALUATION.remote_api_key") from None
-                error: Exception = exc
-            except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, a handshake cut short
-                error = exc
-            if time.monotonic() + delay > deadline:
-                if first:
-                    raise PolicyServerError(f"nothing answers at EVALUATION.remote_url={url} ({_reason(error)}): start "
-                                            "the policy server there (python -m wam_gym.serve ...), or set "
-                                            "EVALUATION.remote_url to where it listens")
-                raise PolicyServerLost(f"the policy server at {url} is unreachable for {timeout:g} s "
-                                       f"(EVALUATION.remote_timeout_s): {error}")
-            self._sleep(delay)
-            delay = min(2 * delay, MAX_BACKOFF_S)
-        self._seq = 0
-        self._handshake()
+    @on_wait.setter
+    def on_wait(self, hook) -> None:
+        self.link.on_wait = hook
+
+    def _connect(self, first: bool = False) -> None:
+        """Open a connection unless one is open (:meth:`ServerLink.connect`), then greet the server."""
+        if self.link.connect(first):
+            self._handshake()
 
     def _handshake(self) -> None:
         """openpi: the server speaks first (its metadata); vla-eval: HELLO, answered by one HELLO."""
         if self.settings.protocol == VLA_EVAL:
-            self._send_message("hello", {"harness_version": f"wam_gym {__version__}",
+            self.link.send_message("hello", {"harness_version": f"wam_gym {__version__}",
                                          "protocol_version": VLA_EVAL_PROTOCOL_VERSION})
-        frame = self._recv(hint=" (set EVALUATION.remote_protocol=vla-eval if it is a vla-eval server)"
+        frame = self.link.recv(hint=" (set EVALUATION.remote_protocol=vla-eval if it is a vla-eval server)"
                            if self.settings.protocol == OPENPI else "")
         if isinstance(frame, str):
             raise PolicyServerError(f"the policy server at {self.settings.url} failed: {frame.strip()}")
-        metadata = self._decode(frame)
+        metadata = self.link.decode(frame)
         if self.settings.protocol == VLA_EVAL:
             message = as_message(metadata)
             if message is None or message.type != "hello":
@@ -255,49 +207,6 @@ class RemotePolicy(Predictor):
         self.action_horizon = horizon if isinstance(horizon, int) and not isinstance(horizon, bool) and horizon > 0 \
             else None
 
-    def _send_message(self, kind: str, payload: dict[str, Any]) -> int:
-        self._seq += 1
-        self._send(Message(kind, payload, self._seq).pack())
-        return self._seq
-
-    def _send(self, data: bytes) -> None:
-        try:
-            self._ws.send(data)
-        except Exception as exc:  # ConnectionClosed, or the socket's own error
-            self._lost(f"the connection to the policy server at {self.settings.url} dropped ({exc})")
-
-    def _recv(self, hint: str = "") -> bytes | str:
-        """The next frame, waiting up to ``timeout_s`` (calling on_wait meanwhile)."""
-        deadline = time.monotonic() + self.settings.timeout_s
-        while True:
-            try:
-                return self._ws.recv(timeout=max(0.0, min(WAIT_SLICE_S, deadline - time.monotonic())))
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    self._lost(f"the policy server at {self.settings.url} sent no answer in {self.settings.timeout_s:g} "
-                               f"s (EVALUATION.remote_timeout_s){hint}")
-                if self.on_wait is not None:
-                    self.on_wait()
-            except Exception as exc:  # ConnectionClosed: the server went away
-                self._lost(f"the connection to the policy server at {self.settings.url} dropped ({exc})")
-
-    def _decode(self, frame: bytes | str) -> Any:
-        try:
-            return unpack(frame)
-        except WireError as exc:
-            raise PolicyServerError(f"the policy server at {self.settings.url} sent a bad frame: {exc}") from None
-
-    def _lost(self, why: str):
-        self.close()
-        raise PolicyServerLost(why)
-
-    def _sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(min(left, WAIT_SLICE_S))
-            if self.on_wait is not None:
-                self.on_wait()
-
 
 def served_model(settings: RemoteSettings, first: bool = False) -> Any:
     """Connect once and read what the server serves (:attr:`RemotePolicy.served_model`): a run records it, so
@@ -309,12 +218,6 @@ def served_model(settings: RemoteSettings, first: bool = False) -> Any:
         return policy.served_model
     finally:
         policy.close()
-
-
-def _reason(error: Exception) -> str:
-    """Why a connection failed, in a few words (a refused port, a name that does not resolve, an HTTP status)."""
-    text = str(error) or type(error).__name__
-    return text.split(": ", 1)[-1] if text.startswith("[Errno") else text
 
 
 def _short(value: Any, limit: int = 160) -> str:
