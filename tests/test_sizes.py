@@ -27,7 +27,6 @@ NOT_SPLIT_YET: dict[str, int | tuple[int, int]] = {
     "wam_gym/eval/manager.py:EvalManager": (319, 17),
     "agents/wam/lingbot_va/config.py:LingBotVAConfig": (175, 24),
     "training/loop.py:train": 76,
-    "training/data/clips.py:ClipDataset.__init__": 67,
 }
 
 

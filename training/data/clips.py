@@ -60,20 +60,8 @@ class ClipDataset(Dataset):
         self.dataset = dataset if isinstance(dataset, LeRobotDataset) else LeRobotDataset(dataset, require_stats=stats_normalize)
         self.convention = convention
         ds = self.dataset
-        self.cameras = tuple(cameras) if cameras is not None else ds.cameras
-        if not self.cameras:
-            raise ValueError(f"no cameras: the dataset at {ds.root} has {list(ds.cameras)}")
-        missing = [c for c in self.cameras if c not in ds.cameras]
-        if missing:
-            raise ValueError(f"camera(s) {missing} are not in the dataset at {ds.root}; it has {list(ds.cameras)}")
-        for camera in self.cameras:  # an unknown orientation is refused here, before training, not in a loader worker
-            ds.orientation(camera)
-        if image_size is None:
-            image_size = ds.image_shape(self.cameras[0])[:2]
-        size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(s) for s in image_size)
-        if len(size) != 2 or min(size) < 1:
-            raise ValueError(f"image_size must be a positive int or (H, W), got {image_size!r}")
-        self.image_size: tuple[int, int] = size
+        self.cameras = _cameras(ds, cameras)
+        self.image_size: tuple[int, int] = _image_size(ds, self.cameras, image_size)
         checks = (
             ("action_horizon", action_horizon, 1),
             ("num_future_frames", num_future_frames, 0),
@@ -88,15 +76,7 @@ class ClipDataset(Dataset):
         self.stats_normalize = bool(stats_normalize)
         # False when the latents come from a cache: no decoding at all (``video`` is empty).
         self.load_video = bool(load_video)
-        if self.stats_normalize:
-            from agents.wam.normalization import Normalizer
-
-            self.normalizer = Normalizer.from_stats_file(ds.stats_path, normalization)
-            if convention is not None:  # the statistics of the actions in the model's units
-                stats = convention.dataset_stats(self.normalizer.stats)
-                self.normalizer = Normalizer.from_stats(stats, self.normalizer.mode, source=str(ds.stats_path))
-        else:
-            self.normalizer = None
+        self.normalizer = _normalizer(ds, normalization, convention) if self.stats_normalize else None
 
         eps = np.arange(ds.num_episodes) if episodes is None else np.asarray(sorted({int(e) for e in episodes}), dtype=np.int64)
         bad = [int(e) for e in eps if not 0 <= e < ds.num_episodes]
@@ -167,3 +147,37 @@ class ClipDataset(Dataset):
         else:
             frames = self.convention.input_frames(pixels, len(frame_ids))
         return frames.permute(1, 0, 2, 3).contiguous()
+
+
+def _cameras(ds: LeRobotDataset, cameras: Sequence[str] | None) -> tuple[str, ...]:
+    """The cameras a clip carries (all of the dataset's by default), each known to the dataset."""
+    chosen = tuple(cameras) if cameras is not None else ds.cameras
+    if not chosen:
+        raise ValueError(f"no cameras: the dataset at {ds.root} has {list(ds.cameras)}")
+    missing = [c for c in chosen if c not in ds.cameras]
+    if missing:
+        raise ValueError(f"camera(s) {missing} are not in the dataset at {ds.root}; it has {list(ds.cameras)}")
+    for camera in chosen:  # an unknown orientation is refused here, before training, not in a loader worker
+        ds.orientation(camera)
+    return chosen
+
+
+def _image_size(ds: LeRobotDataset, cameras: tuple[str, ...], image_size) -> tuple[int, int]:
+    """(H, W) the frames are resized to: ``image_size`` as an int or a pair, or the first camera's own."""
+    if image_size is None:
+        image_size = ds.image_shape(cameras[0])[:2]
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(s) for s in image_size)
+    if len(size) != 2 or min(size) < 1:
+        raise ValueError(f"image_size must be a positive int or (H, W), got {image_size!r}")
+    return size
+
+
+def _normalizer(ds: LeRobotDataset, normalization: str | None, convention: ModelConfig | None):
+    """The dataset's statistics as a Normalizer, of the actions in the model's units under ``convention``."""
+    from agents.wam.normalization import Normalizer
+
+    normalizer = Normalizer.from_stats_file(ds.stats_path, normalization)
+    if convention is None:
+        return normalizer
+    stats = convention.dataset_stats(normalizer.stats)
+    return Normalizer.from_stats(stats, normalizer.mode, source=str(ds.stats_path))
