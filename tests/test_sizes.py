@@ -20,10 +20,6 @@ MAX_CLASS_LINES, MAX_METHODS, MAX_FUNCTION_LINES = 200, 20, 60
 NOT_SPLIT_YET: dict[str, int | tuple[int, int]] = {
     "training/data/lerobot/reader.py:LeRobotDataset": (441, 37),
     "training/data/lerobot/reader.py:LeRobotDataset.__init__": 62,
-    "training/data/lerobot/writer.py:DatasetWriter": (376, 19),
-    "training/data/lerobot/writer.py:DatasetWriter.__init__": 65,
-    "training/data/lerobot/writer.py:DatasetWriter.save_episode": 62,
-    "training/collect.py:collect": 103,
     "wam_gym/eval/manager.py:EvalManager": (319, 17),
     "agents/wam/lingbot_va/config.py:LingBotVAConfig": (175, 24),
     "training/loop.py:train": 76,

@@ -102,9 +102,27 @@ def collect(
     "episodes", "attempts", "successes", "success_rate", "dropped", "frames", "seeds"}]}``, a run
     per env and agent; ``success_rate`` is over all attempted episodes.
     """
-    import envs as envs_pkg
-
     say = log or (lambda _msg: None)
+    env_ids, behaviours, size, output = _plan(envs, episodes, agent, action_noise, image_size, output, overwrite)
+    opener = _WriterOpener(output, env_ids, overwrite, layout)
+    counter = _Counter(len(env_ids) * len(behaviours) * episodes, say)
+    episode_args = (episodes, seed, only_success, counter)
+    try:
+        runs = []
+        for env_id in env_ids:
+            runs += _run(env_id, behaviours, opener, _env_kwargs(size, cameras, max_steps), action_noise, *episode_args)
+        summary = _write(opener.writer, output, runs)
+    except BaseException:
+        if opener.writer is not None:
+            opener.writer.__exit__(*sys.exc_info())  # keeps complete files of saved episodes, drops the rest
+        raise
+    say(format_summary(summary, only_success))
+    return summary
+
+
+def _plan(envs, episodes: int, agent, action_noise: float, image_size, output, overwrite: bool):
+    """Check everything asked for before any simulator starts: returns the env ids, the behaviours,
+    the image size and the output path."""
     if isinstance(envs, str):
         envs = [envs]
     if not envs:
@@ -127,52 +145,68 @@ def collect(
     size = parse_image_size(image_size)
     output = Path(output).expanduser()
     check_destination(output, overwrite)  # before any simulator starts; the writer asks again when it opens
+    return list(envs), behaviours, size, output
 
-    writer: DatasetWriter | None = None
-    runs: list[dict[str, Any]] = []
-    counter = _Counter(len(envs) * len(behaviours) * episodes, say)
+
+class _WriterOpener:
+    """Opens the dataset's writer on the first env (its fps, cameras and feature names) and holds every
+    later env to that fps and camera set; ``writer`` is None until then."""
+
+    def __init__(self, output: Path, env_ids: Sequence[str], overwrite: bool, layout: dict[str, Any] | None):
+        self.output, self.env_ids, self.overwrite, self.layout = output, env_ids, overwrite, layout or {}
+        self.writer: DatasetWriter | None = None
+
+    def for_env(self, env_id: str, env) -> DatasetWriter:
+        import envs as envs_pkg
+
+        fps = env.unwrapped.metadata.get("render_fps") or DEFAULT_FPS
+        env_cameras = tuple(env.observation_space[PIXELS].spaces)
+        if self.writer is None:
+            names = _NAMES.get(envs_pkg.suite_of(env_id).name, (None, None))
+            state_dim = env.observation_space[STATE].shape[0]
+            action_dim = env.action_space.shape[0]
+            self.writer = DatasetWriter(
+                self.output,
+                fps=fps,
+                cameras=env_cameras,
+                state_names=names[0] if names[0] and len(names[0]) == state_dim else None,
+                action_names=names[1] if names[1] and len(names[1]) == action_dim else None,
+                suites=[envs_pkg.suite_of(e).name for e in self.env_ids],  # a model trained on them records its suite
+                overwrite=self.overwrite,
+                **self.layout,
+            )
+        elif fps != self.writer.fps or env_cameras != self.writer.cameras:
+            raise ValueError(
+                f"{env_id} runs at {fps} fps with cameras {list(env_cameras)}, but the dataset records "
+                f"{self.writer.fps} fps with {list(self.writer.cameras)}: one dataset needs one fps and camera set"
+            )
+        return self.writer
+
+
+def _run(env_id: str, behaviours: Sequence[str], opener: _WriterOpener, env_kwargs: dict[str, Any], action_noise: float,
+         episodes: int, seed: int, only_success: bool, counter) -> list[dict[str, Any]]:
+    """Make the env and run every behaviour in it into the dataset: a run summary per behaviour."""
+    import envs as envs_pkg
+
+    env = envs_pkg.make(env_id, **env_kwargs)
+    if action_noise:
+        env = NoisyActions(env, action_noise)
     try:
-        for env_id in envs:
-            env = envs_pkg.make(env_id, **_env_kwargs(size, cameras, max_steps))
-            if action_noise:
-                env = NoisyActions(env, action_noise)
-            try:
-                fps = env.unwrapped.metadata.get("render_fps") or DEFAULT_FPS
-                env_cameras = tuple(env.observation_space[PIXELS].spaces)
-                if writer is None:
-                    names = _NAMES.get(envs_pkg.suite_of(env_id).name, (None, None))
-                    state_dim = env.observation_space[STATE].shape[0]
-                    action_dim = env.action_space.shape[0]
-                    writer = DatasetWriter(
-                        output,
-                        fps=fps,
-                        cameras=env_cameras,
-                        state_names=names[0] if names[0] and len(names[0]) == state_dim else None,
-                        action_names=names[1] if names[1] and len(names[1]) == action_dim else None,
-                        suites=[envs_pkg.suite_of(e).name for e in envs],  # a model trained on them records its suite
-                        overwrite=overwrite,
-                        **(layout or {}),
-                    )
-                elif fps != writer.fps or env_cameras != writer.cameras:
-                    raise ValueError(
-                        f"{env_id} runs at {fps} fps with cameras {list(env_cameras)}, but the dataset records "
-                        f"{writer.fps} fps with {list(writer.cameras)}: one dataset needs one fps and camera set"
-                    )
-                for behaviour in behaviours:
-                    run = _run_env(env_id, env, behaviour, writer, episodes, seed, only_success, counter)
-                    runs.append({"env": env_id, "agent": behaviour, **run})
-            finally:
-                env.close()
-        assert writer is not None
-        if not writer.num_episodes:
-            raise RuntimeError(f"no episode was kept (all failed with --only-success); nothing written to {output}")
-        writer.finalize()
-    except BaseException:
-        if writer is not None:
-            writer.__exit__(*sys.exc_info())  # keeps complete files of saved episodes, drops the rest
-        raise
+        writer = opener.for_env(env_id, env)
+        return [{"env": env_id, "agent": behaviour, **_run_env(env_id, env, behaviour, writer, episodes, seed, only_success,
+                                                                counter)}
+                for behaviour in behaviours]
+    finally:
+        env.close()
 
-    summary = {
+
+def _write(writer: DatasetWriter | None, output: Path, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Finalize the dataset (its last file and metadata); returns collect's summary."""
+    assert writer is not None
+    if not writer.num_episodes:
+        raise RuntimeError(f"no episode was kept (all failed with --only-success); nothing written to {output}")
+    writer.finalize()
+    return {
         "output": str(output),
         "fps": writer.fps,
         "cameras": list(writer.cameras),
@@ -181,8 +215,6 @@ def collect(
         "dropped": sum(run["dropped"] for run in runs),
         "runs": runs,
     }
-    say(format_summary(summary, only_success))
-    return summary
 
 
 class NoisyActions(gymnasium.ActionWrapper):
