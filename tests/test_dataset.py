@@ -159,7 +159,7 @@ def test_multiple_files_and_chunks(tmp_path):
         assert len(sorted((root / f"videos/observation.images.{cam}").rglob("*.mp4"))) == 3
     ds = LeRobotDataset(root)
     assert ds.num_episodes == 5 and ds.num_frames == sum(lengths)
-    meta = ds._meta
+    meta = ds.index.meta
     assert list(zip(meta["data/chunk_index"], meta["data/file_index"])) == expected
     # each file's video restarts at time 0
     key = "videos/observation.images.corner"
@@ -311,7 +311,7 @@ def test_sparse_decode_returns_exactly_the_episode(tmp_path, monkeypatch):
     again = ds.episode_frames(1, cam)
     assert again is ds.episode_frames(1, cam) and len(calls) == 4
     ds.episode_frames(2, cam)
-    assert len(calls) == 5 and len(ds._cache) == 2
+    assert len(calls) == 5 and len(ds.frames.cache) == 2
 
 
 # ------------------------------------------------------------------------ errors

@@ -27,7 +27,8 @@ Each camera's frames are stored turned as its feature's ``info`` records (``orie
 ``upright``); the reader hands them out upright. ``info.json`` also names the benchmark suites the
 episodes come from (see ``provenance``).
 
-Modules: ``layout`` (paths, keys, :class:`DatasetError`), ``reader`` (:class:`LeRobotDataset`),
+Modules: ``layout`` (paths, keys, :class:`DatasetError`), ``reader`` (:class:`LeRobotDataset`, which
+composes ``episodes``, the index of episodes and rows, and ``frames``, the cameras' frame reader),
 ``writer`` (:class:`DatasetWriter`), ``provenance`` (orientations and suites in ``info.json``),
 ``stats`` (statistics, :func:`compute_stats`), ``tables`` (parquet helpers), ``video`` (mp4
 streaming and span decoding). Import from the package.
