@@ -20,7 +20,6 @@ MAX_CLASS_LINES, MAX_METHODS, MAX_FUNCTION_LINES = 200, 20, 60
 NOT_SPLIT_YET: dict[str, int | tuple[int, int]] = {
     "wam_gym/eval/manager.py:EvalManager": (319, 17),
     "agents/wam/lingbot_va/config.py:LingBotVAConfig": (175, 24),
-    "training/loop.py:train": 76,
 }
 
 

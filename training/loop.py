@@ -188,22 +188,11 @@ def train(cfg: TrainConfig) -> Path:
         mismatched = run_dir.check_resume(out, record, cfg.allow_resume_mismatch) if ckpt is not None else []
         model, dataset, clips = build(cfg, device, dataset)
         if cfg.infra.compile.enabled:
-            if os.environ.get("WAM_COMPILE_CACHE"):
-                os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ["WAM_COMPILE_CACHE"])
-            compile_module(model, cfg.infra.compile)
+            _compile(model, cfg)
         latent_cache, text_features = _encoders(cfg, model, clips)
         objective = run_objective(cfg)
         engine = make_engine(model, cfg, device)  # a TrainConfig is its own EngineConfig group
-        augment = not cfg.dataset.deterministic
-        sampler = ResumableSampler(len(clips), cfg.seed, engine.rank, engine.world_size, keyed=augment)
-        if len(sampler) < cfg.batch_size:
-            raise ValueError(f"the dataset has {len(clips)} clips, fewer than batch_size={cfg.batch_size}")
-        state = {"epoch": 0, "consumed": 0, "micro_step": 0}
-        if ckpt is not None:
-            state = engine.load(ckpt)
-            logger.info("resumed from %s (step %d)", ckpt, engine.global_step)
-        sampler.epoch, sampler.start = state["epoch"], state["consumed"]
-        loader = make_loader(AugmentedClips(clips, cfg.dataset.augment, cfg.seed) if augment else clips, cfg, sampler, device)
+        sampler, loader, state = _resumed_batches(cfg, engine, clips, ckpt, device)
         if engine.is_main_process:  # one run per output_dir: a second is refused, naming this one, before it writes
             held.enter_context(run_dir.locked(out))
             _prepare_output_dir(cfg, out, record, resuming=ckpt is not None, mismatched=bool(mismatched))
@@ -213,16 +202,10 @@ def train(cfg: TrainConfig) -> Path:
 
         bar = tqdm(total=cfg.max_steps, initial=engine.global_step, unit="step", disable=not engine.is_main_process,
                    dynamic_ncols=True, desc=cfg.task)
-        batches, tick, seen, batch = iter(loader), time.perf_counter(), 0, None
+        batches, tick, seen, batch = _epochs(loader, sampler, state), time.perf_counter(), 0, None
         model.train()
         while engine.global_step < cfg.max_steps:
-            try:
-                batch = next(batches)
-            except StopIteration:
-                state["epoch"], state["consumed"] = state["epoch"] + 1, 0
-                sampler.epoch, sampler.start = state["epoch"], 0
-                batches = iter(loader)
-                continue
+            batch = next(batches)
             losses = _micro_step(cfg, engine, model, batch, latent_cache, text_features, objective, device, state["micro_step"])
             state["micro_step"] += 1
             state["consumed"] += cfg.batch_size
@@ -251,6 +234,37 @@ def train(cfg: TrainConfig) -> Path:
                 writer.close()
             logger.info("final checkpoint: %s (text features computed online: %d)", final, text_features.online)
         return final
+
+
+def _compile(model, cfg: TrainConfig) -> None:
+    if os.environ.get("WAM_COMPILE_CACHE"):
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ["WAM_COMPILE_CACHE"])
+    compile_module(model, cfg.infra.compile)
+
+
+def _resumed_batches(cfg: TrainConfig, engine, clips, ckpt: Path | None, device: torch.device):
+    """The sampler, the loader and the loop's state (epoch, clips consumed in it, micro-steps), where the
+    checkpoint ``ckpt`` left them (the engine's weights and optimizer loaded from it), else at the start."""
+    augment = not cfg.dataset.deterministic
+    sampler = ResumableSampler(len(clips), cfg.seed, engine.rank, engine.world_size, keyed=augment)
+    if len(sampler) < cfg.batch_size:
+        raise ValueError(f"the dataset has {len(clips)} clips, fewer than batch_size={cfg.batch_size}")
+    state = {"epoch": 0, "consumed": 0, "micro_step": 0}
+    if ckpt is not None:
+        state = engine.load(ckpt)
+        logger.info("resumed from %s (step %d)", ckpt, engine.global_step)
+    sampler.epoch, sampler.start = state["epoch"], state["consumed"]
+    loader = make_loader(AugmentedClips(clips, cfg.dataset.augment, cfg.seed) if augment else clips, cfg, sampler, device)
+    return sampler, loader, state
+
+
+def _epochs(loader, sampler, state: dict):
+    """The loader's batches, epoch after epoch without end; at each new epoch the sampler and the loop's state
+    (what a checkpoint saves) start it from its first clip."""
+    while True:
+        yield from loader
+        state["epoch"], state["consumed"] = state["epoch"] + 1, 0
+        sampler.epoch, sampler.start = state["epoch"], 0
 
 
 def _prepare_output_dir(cfg: TrainConfig, out: Path, record: dict, *, resuming: bool, mismatched: bool) -> None:
