@@ -17,6 +17,7 @@ episodes on a worker than it holds (agents.policy.EpisodicPolicy.episode_capacit
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -32,10 +33,15 @@ def rows(config: LingBotVAConfig) -> int:
     return 2 if config.uses_guidance else 1
 
 
+def cache_shape(config: LingBotVAConfig) -> tuple[int, int, int, int, int]:
+    """(layers, rows, slots, heads, head_dim): the shape of one episode's keys, and of its values."""
+    t = config.transformer
+    return t.num_layers, rows(config), config.cache_slots, t.num_attention_heads, t.attention_head_dim
+
+
 def cache_bytes(config: LingBotVAConfig, dtype: torch.dtype) -> int:
     """One episode's KV cache: keys and values of every layer, row and slot."""
-    t = config.transformer
-    return 2 * t.num_layers * rows(config) * config.cache_slots * t.num_attention_heads * t.attention_head_dim * dtype.itemsize
+    return 2 * math.prod(cache_shape(config)) * dtype.itemsize
 
 
 def text_bytes(config: LingBotVAConfig, dtype: torch.dtype) -> int:
@@ -72,8 +78,7 @@ class CachePool:
     """A worker's episode caches, allocated once: ``capacity`` blocks, one per episode held."""
 
     def __init__(self, config: LingBotVAConfig, capacity: int, dtype: torch.dtype, device: torch.device | str):
-        t = config.transformer
-        shape = (capacity, t.num_layers, rows(config), config.cache_slots, t.num_attention_heads, t.attention_head_dim)
+        shape = (capacity, *cache_shape(config))
         self._keys = torch.zeros(shape, dtype=dtype, device=device)
         self._values = torch.zeros(shape, dtype=dtype, device=device)
         self._free = list(range(capacity))  # blocks not in use

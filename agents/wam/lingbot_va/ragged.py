@@ -52,9 +52,11 @@ class RaggedCaches:
             rows = slice(index * self.rows, (index + 1) * self.rows)
             cache.store(layer, self.slots[index], keys[rows], values[rows])
             k, v = cache.gather(layer, self.visible[index], self.rows)
-            pad = (0, 0, 0, 0, 0, self.longest - k.shape[1])
-            seen_keys.append(F.pad(k, pad))
-            seen_values.append(F.pad(v, pad))
+            if k.shape[1] < self.longest:  # padded only where it sees fewer slots (a pad copies, even of nothing)
+                pad = (0, 0, 0, 0, 0, self.longest - k.shape[1])
+                k, v = F.pad(k, pad), F.pad(v, pad)
+            seen_keys.append(k)
+            seen_values.append(v)
         if len(self.caches) == 1:
             return seen_keys[0], seen_values[0]
         return torch.cat(seen_keys), torch.cat(seen_values)

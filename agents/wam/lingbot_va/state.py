@@ -19,6 +19,7 @@ from diffusers import AutoencoderKLWan
 
 from agents.wam.lingbot_va.cache import KVCache
 from agents.wam.lingbot_va.config import LingBotVAConfig
+from agents.wam.lingbot_va.memory import cache_shape
 from agents.wam.lingbot_va.observations import new_feature_cache
 
 
@@ -60,11 +61,9 @@ def new_episode(
     if tuple(text.shape[1:]) != expected:
         raise ValueError(f"prompt embeddings of shape {tuple(text.shape[1:])}; the model takes (text_tokens, text_dim) "
                          f"= {expected}")
-    t = config.transformer
     if cache is None:
-        cache = KVCache.empty(t.num_layers, len(rows), config.cache_slots, t.num_attention_heads, t.attention_head_dim,
-                              dtype=dtype, device=text.device)
-    elif cache.keys.shape != (t.num_layers, len(rows), config.cache_slots, t.num_attention_heads, t.attention_head_dim):
+        cache = KVCache.empty(*cache_shape(config), dtype=dtype, device=text.device)
+    elif cache.keys.shape != cache_shape(config):
         raise ValueError(f"a cache of shape {tuple(cache.keys.shape)} for an episode of {config.preset}: take it from a "
                          "pool made for this config")
     return EpisodeState(cache=cache, vae_cache=new_feature_cache(vae), text=text, generator=generator)
