@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.rtc import RTCConfig
 from agents.wam.compile import CompileConfig
 
 SAMPLERS = ("flow_euler", "unipc", "dpmpp", "ddim")
@@ -65,6 +66,7 @@ class InferenceConfig:
     # estimate from pure noise, its first step: the mean over what it thinks may happen, which PSNR rewards).
     future_video: str = "sample"
     seed: int = 0  # of the sampling noise: the same observations give the same actions
+    rtc: RTCConfig = field(default_factory=RTCConfig)  # real-time chunking's guidance, for calls that carry a prefix
 
     def __post_init__(self) -> None:
         if self.future_video not in FUTURE_VIDEOS:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents import rtc
 from agents.policy import Prediction
 from agents.wam.architectures import of_checkpoint
 from agents.wam.checkpoint import STATS_FILE  # noqa: F401 (re-exported)
@@ -29,6 +30,7 @@ from agents.wam.frames import video_to_uint8
 from agents.wam.inference_config import InferenceConfig, SamplerConfig
 from agents.wam.interface import WAMModel
 from agents.wam.normalization import Normalizer
+from agents.wam.rtc import PrefixGuide
 from envs.protocol import INSTRUCTION, PIXELS, STATE, batch_size, nonfinite_state, select_rows
 
 logger = logging.getLogger(__name__)
@@ -178,14 +180,22 @@ class WAMPolicy(ABC):
 
     @torch.no_grad()
     def _predict(self, obs: Mapping[str, Any], noise_seeds: Sequence[int] | None) -> Prediction:
-        current, state, text = self._condition(obs, _rows(obs))
-        x0 = self.sample(current, state, text, noise_seeds)
-        actions = self.model.config.env_actions(self.normalizer.unnormalize_actions(x0["action"].cpu().numpy()))
+        rows, cfg = _rows(obs), self.model.config
+        request = rtc.Request.of(obs, rows, cfg.action_horizon, cfg.action_dim)  # real-time chunking's, or None
+        current, state, text = self._condition(obs, rows)
+        guide = PrefixGuide.of(request, self.config.rtc, self._model_actions, self.model.device)
+        x0 = self.sample(current, state, text, noise_seeds, rtc=guide)
+        actions = cfg.env_actions(self.normalizer.unnormalize_actions(x0["action"].cpu().numpy()))
+        actions = rtc.commit(actions, request)  # the committed actions exactly, not their round trip
         video = None
         if "video" in x0 and self.config.visualize_future_video:
             video = video_to_uint8(self.model.decode_latents(torch.cat([current, x0["video"]], dim=2)))
             video = self.model.config.output_frames(video)  # upright, as the contract's frames are
         return Prediction(actions=actions, video=video)
+
+    def _model_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Env actions -> the normalised ones the model predicts (the inverse of what ``_predict`` sends)."""
+        return self.normalizer.normalize_actions(self.model.config.dataset_actions(actions))
 
     def _condition(self, obs: Mapping[str, Any], batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """What a model call is conditioned on: the current frame's latent, the normalised state, the text."""
@@ -196,12 +206,13 @@ class WAMPolicy(ABC):
     @abstractmethod
     def sample(
         self, current: torch.Tensor, state: torch.Tensor, text: torch.Tensor, noise_seeds: Sequence[int] | None = None,
-        actions: torch.Tensor | None = None,
+        actions: torch.Tensor | None = None, rtc: PrefixGuide | None = None,
     ) -> dict[str, torch.Tensor]:
         """Denoise an action chunk (and, in joint video mode, the future latents) given the current-frame latent
         (B, C, 1, h, w), normalised state and text embeddings; checks the result is finite. Returns normalised x0
         per modality: ``action`` (B, T, A) and ``video`` (the future latents). ``actions`` (B, T, A), normalised:
-        held clean instead of denoised (a world model), where the architecture has that mode."""
+        held clean instead of denoised (a world model), where the architecture has that mode. ``rtc``: real-time
+        chunking's guidance toward the committed prefix (agents/wam/rtc.py), at every action step."""
 
 
 def check_finite(x0: Mapping[str, torch.Tensor]) -> None:

@@ -21,6 +21,7 @@ from agents.wam.fastwam.model import FastWAM
 from agents.wam.fastwam.sampling import sample_actions, sample_joint, their_row_noise
 from agents.wam.inference_config import SamplerConfig
 from agents.wam.policy import WAMPolicy, check_finite
+from agents.wam.rtc import PrefixGuide
 
 EULER = "flow_euler"  # the only sampler FastWAM takes: their Euler steps on their shifted grid
 
@@ -49,9 +50,10 @@ class FastWAMPolicy(WAMPolicy):
     @torch.no_grad()
     def sample(
         self, current: torch.Tensor, state: torch.Tensor, text: torch.Tensor, noise_seeds: Sequence[int] | None = None,
-        actions: torch.Tensor | None = None,
+        actions: torch.Tensor | None = None, rtc: PrefixGuide | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Normalised x0: ``action`` (B, T, A) and, in joint mode, ``video`` (the future latents)."""
+        """Normalised x0: ``action`` (B, T, A) and, in joint mode, ``video`` (the future latents); ``rtc``: the
+        action steps guided toward the committed prefix (real-time chunking)."""
         if actions is not None:
             raise ValueError("a FastWAM predicts actions with the video; it has no world-model mode that holds "
                              "given actions (EVALUATION.agent=world_model takes a MoT checkpoint)")
@@ -59,10 +61,10 @@ class FastWAMPolicy(WAMPolicy):
         steps, shift = self.sampler.config.num_inference_steps, self.sampler.config.shift
         noise = self._their_noise(current, noise_seeds)
         if cfg.video_mode == "joint":
-            future, x0 = sample_joint(model, current, text, state, noise["video"], noise["action"], steps, shift)
+            future, x0 = sample_joint(model, current, text, state, noise["video"], noise["action"], steps, shift, rtc)
             prediction = {"action": x0, "video": future}
         else:
-            prediction = {"action": sample_actions(model, current, text, state, noise["action"], steps, shift)}
+            prediction = {"action": sample_actions(model, current, text, state, noise["action"], steps, shift, rtc)}
         check_finite(prediction)
         return prediction
 

@@ -23,6 +23,7 @@ import torch
 from agents.wam.fastwam.model import CallCache, FastWAM
 from agents.wam.fastwam.schedule import FlowSchedule, euler_step
 from agents.wam.precision import module_dtype
+from agents.wam.rtc import PrefixGuide
 
 
 def their_noise(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
@@ -57,30 +58,46 @@ def _grid(schedule, steps: int, shift: float | None, batch: int, model: FastWAM)
 @torch.no_grad()
 def sample_actions(
     model: FastWAM, current: torch.Tensor, text: torch.Tensor, state: torch.Tensor, noise: torch.Tensor,
-    steps: int, shift: float | None = None,
+    steps: int, shift: float | None = None, rtc: PrefixGuide | None = None,
 ) -> torch.Tensor:
     """(B, T, A) normalised float32 actions from the current frame's latents (B, C, 1, h, w), the
-    instruction's embeddings (B, Lt, text_dim), the normalised proprio (B, S) and the action noise (B, T, A)."""
+    instruction's embeddings (B, Lt, text_dim), the normalised proprio (B, S) and the action noise (B, T, A).
+    ``rtc``: each step's velocity guided toward the committed prefix (real-time chunking, agents/wam/rtc.py)."""
     cache, actions = CallCache(), noise.to(model.device).to(sampler_dtype(model))
     for timestep, delta in _grid(model.config.action_schedule, steps, shift, actions.shape[0], model):
-        velocity = model.action_velocity(current, actions, timestep, text, state, cache)
+        def velocity_of(a: torch.Tensor, timestep=timestep) -> torch.Tensor:
+            return model.action_velocity(current, a, timestep, text, state, cache)
+
+        velocity = velocity_of(actions) if rtc is None else rtc.velocity(velocity_of, actions, _sigma(timestep, model))
         actions = euler_step(actions, velocity, delta)
     return actions.float()
+
+
+def _sigma(timestep: torch.Tensor, model: FastWAM) -> torch.Tensor:
+    """A step's noise level per row (the model is told ``sigma x num_train_timesteps``)."""
+    return timestep.float() / float(model.config.action_schedule.num_train_timesteps)
 
 
 @torch.no_grad()
 def sample_joint(
     model: FastWAM, current: torch.Tensor, text: torch.Tensor, state: torch.Tensor, video_noise: torch.Tensor,
-    action_noise: torch.Tensor, steps: int, shift: float | None = None,
+    action_noise: torch.Tensor, steps: int, shift: float | None = None, rtc: PrefixGuide | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(future latents (B, C, F-1, h, w), actions (B, T, A)), denoised together, float32; ``video_noise``
-    covers the future frames only."""
+    covers the future frames only. ``rtc`` as :func:`sample_actions`' (the video is not steered)."""
     cache, batch, dtype = CallCache(), current.shape[0], sampler_dtype(model)
     future, actions = video_noise.to(model.device).to(dtype), action_noise.to(model.device).to(dtype)
     video_grid = _grid(model.config.video_schedule, steps, shift, batch, model)
     action_grid = _grid(model.config.action_schedule, steps, shift, batch, model)
     for (video_t, video_d), (action_t, action_d) in zip(video_grid, action_grid):
-        latents = torch.cat([current.to(dtype), future], dim=2)
-        video_v, action_v = model(latents, video_t, actions, action_t, text, state, cache)
+        latents, video = torch.cat([current.to(dtype), future], dim=2), []
+
+        def velocity_of(a: torch.Tensor, latents=latents, video_t=video_t, action_t=action_t, video=video) -> torch.Tensor:
+            video_v, action_v = model(latents, video_t, a, action_t, text, state, cache)
+            video.append(video_v.detach())
+            return action_v
+
+        action_v = velocity_of(actions) if rtc is None else rtc.velocity(velocity_of, actions, _sigma(action_t, model))
+        video_v = video[0]
         future, actions = euler_step(future, video_v, video_d), euler_step(actions, action_v, action_d)
     return future.float(), actions.float()

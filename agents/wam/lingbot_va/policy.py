@@ -30,14 +30,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents import rtc
 from agents.episode_memory import EPISODE, SEEN
 from agents.policy import EpisodicPolicy, Prediction
-from agents.wam.lingbot_va.config import LingBotVAConfig
+from agents.wam.lingbot_va.config import LingBotVAConfig, uses_guidance
 from agents.wam.lingbot_va.inputs import LingBotVAInputs, convention
 from agents.wam.lingbot_va.memory import CachePool, episodes_that_fit, free_bytes
 from agents.wam.lingbot_va.prompt import PromptEncoder
 from agents.wam.lingbot_va.sampling import feed_back_chunks, infer_chunks
 from agents.wam.lingbot_va.state import EpisodeState, new_episode
+from agents.wam.rtc import PrefixGuide
 from envs.protocol import INSTRUCTION, PIXELS
 
 MAX_EPISODES = 64  # the most episodes a worker holds at once, however much memory it has
@@ -47,10 +49,12 @@ class LingBotVAPolicy(EpisodicPolicy):
     """Their model, VAE and text encoder, one input convention, and the episodes in flight."""
 
     def __init__(self, model, vae, prompts: PromptEncoder, config: LingBotVAConfig, inputs: LingBotVAInputs,
-                 max_episodes: int = MAX_EPISODES):
+                 max_episodes: int = MAX_EPISODES, realtime: rtc.RTCConfig | None = None):
+        """``realtime``: real-time chunking's knobs, for calls that carry a committed prefix (agents/rtc.py)."""
         if max_episodes < 1:
             raise ValueError(f"max_episodes={max_episodes} must be >= 1")
         self.model, self.vae, self.prompts, self.config, self.inputs = model, vae, prompts, config, inputs
+        self.realtime = realtime or rtc.RTCConfig()
         self.episode_capacity = episodes_that_fit(config, model.dtype, free_bytes(model.device), max_episodes)
         self._caches = CachePool(config, self.episode_capacity, model.dtype, model.device)
         self.action_horizon = inputs.chunk_actions  # the first chunk of an episode runs action_per_frame fewer
@@ -118,12 +122,14 @@ class LingBotVAPolicy(EpisodicPolicy):
             states = [self._continued(episode, steps) for episode in episodes]
             self._feed_back(obs, episodes, states)
             first = [None] * len(episodes)
-        chunks = infer_chunks(self.model, self.vae, self.config, states, first)
+        request = rtc.Request.of(obs, len(episodes), self.action_horizon, len(self.inputs.channels))
+        guide = prefix_guide(request, self, first=steps == 0)
+        chunks = infer_chunks(self.model, self.vae, self.config, states, first, guide)
         actions = []
         for episode, chunk in zip(episodes, chunks):
             self._last_chunk[episode] = chunk.actions[0].float().cpu().numpy()
             actions.append(self.inputs.env_actions(self._last_chunk[episode], first=steps == 0))
-        return Prediction(np.stack(actions))
+        return Prediction(rtc.commit(np.stack(actions), request))
 
     def _check_rows(self, obs: Mapping[str, Any], episodes: list[int]) -> int:
         """Refuse a call before any episode changes (an EpisodicPolicy's contract: a worker retries a failed call row
@@ -164,7 +170,7 @@ class LingBotVAPolicy(EpisodicPolicy):
         device = self.model.device
         generator = torch.Generator(device)
         generator.manual_seed(int(seed)) if seed is not None else generator.seed()
-        prompt, empty = self.prompts.encode(self.inputs.prompt(instruction), self.config.uses_guidance)
+        prompt, empty = self.prompts.encode(self.inputs.prompt(instruction), uses_guidance(self.config))
         state = new_episode(self.config, self.vae, prompt, empty, generator, self.model.dtype, self._caches.take(episode))
         self._episodes[episode] = state
         return state
@@ -181,3 +187,22 @@ class LingBotVAPolicy(EpisodicPolicy):
         """Upright (T, H, W, 3) frames per camera -> (cameras, 3, T, h, w) in [-1, 1], the VAE's batch."""
         video = self.inputs.video(frames)
         return torch.stack([video[camera] for camera in self.inputs.cameras]).to(self.model.device, self.model.dtype)
+
+
+def prefix_guide(request: rtc.Request | None, policy: LingBotVAPolicy, first: bool) -> PrefixGuide | None:
+    """Real-time chunking's guide in the action stream's layout (E, 30, F, N): each row's env-unit prefix as the
+    model's normalised actions, its soft mask on the robot's channels. None: nothing to continue."""
+    if request is None or not request.guides:
+        return None
+    inputs, config = policy.inputs, policy.config
+    if first or inputs.relative_pose:
+        raise ValueError(f"{rtc.OVERLAP} > 0 on an episode's first chunk (nothing was committed yet) or with "
+                         f"{inputs.name}'s relative targets: send no prefix there (agents.rtc.entries(None, 0, ...))")
+    shape = (len(inputs.channels), config.frame_chunk_size, config.action_per_frame)
+    target = np.stack([inputs.normalized(row.T.reshape(shape)) for row in request.prefix])
+    mask = request.mask(policy.realtime).reshape(-1, 1, *shape[1:])
+    keep = np.zeros((target.shape[1], 1, 1), np.float32)
+    keep[list(inputs.channels)] = 1
+    device = policy.model.device
+    return PrefixGuide(torch.from_numpy(target).to(device), torch.from_numpy(mask * keep).to(device),
+                       float(policy.realtime.max_guidance_weight))

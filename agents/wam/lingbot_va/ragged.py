@@ -50,8 +50,11 @@ class RaggedCaches:
         seen_keys, seen_values = [], []
         for index, cache in enumerate(self.caches):
             rows = slice(index * self.rows, (index + 1) * self.rows)
-            cache.store(layer, self.slots[index], keys[rows], values[rows])
+            cache.store(layer, self.slots[index], keys[rows].detach(), values[rows].detach())
             k, v = cache.gather(layer, self.visible[index], self.rows)
+            if keys.requires_grad:  # real-time chunking differentiates through this call's own keys: read them live
+                at = torch.searchsorted(self.visible[index], self.slots[index])
+                k, v = k.index_copy(1, at, keys[rows].to(k.dtype)), v.index_copy(1, at, values[rows].to(v.dtype))
             if k.shape[1] < self.longest:  # padded only where it sees fewer slots (a pad copies, even of nothing)
                 pad = (0, 0, 0, 0, 0, self.longest - k.shape[1])
                 k, v = F.pad(k, pad), F.pad(v, pad)

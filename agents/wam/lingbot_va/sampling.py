@@ -45,6 +45,7 @@ from agents.wam.lingbot_va.observations import encode_frames
 from agents.wam.lingbot_va.positions import action_positions, video_positions
 from agents.wam.lingbot_va.schedule import FlowSchedule
 from agents.wam.lingbot_va.state import EpisodeBatch, EpisodeState
+from agents.wam.rtc import PrefixGuide
 
 
 @dataclass
@@ -64,8 +65,11 @@ def infer_chunk(model: LingBotVATransformer, vae: AutoencoderKLWan, config: Ling
 
 @torch.no_grad()
 def infer_chunks(model: LingBotVATransformer, vae: AutoencoderKLWan, config: LingBotVAConfig,
-                 states: Sequence[EpisodeState], first_pixels: Sequence[torch.Tensor | None]) -> list[Chunk]:
-    """The next chunk of each episode, in one batch; ``first_pixels`` as :func:`infer_chunk`'s, one per episode."""
+                 states: Sequence[EpisodeState], first_pixels: Sequence[torch.Tensor | None],
+                 rtc: PrefixGuide | None = None) -> list[Chunk]:
+    """The next chunk of each episode, in one batch; ``first_pixels`` as :func:`infer_chunk`'s, one per episode.
+    ``rtc``: the action steps guided toward each episode's committed prefix (real-time chunking, agents/wam/rtc.py;
+    target and weights in the actions' (E, A, F, N) layout)."""
     batch = EpisodeBatch(states)
     for state, pixels in zip(states, first_pixels, strict=True):
         if state.frame == 0 and not state.started:
@@ -80,7 +84,7 @@ def infer_chunks(model: LingBotVATransformer, vae: AutoencoderKLWan, config: Lin
         noise.append((torch.randn((1, c, f, h, w), **like), torch.randn((1, config.transformer.action_dim, f, n), **like)))
     held = {i: state.first_latents for i, state in enumerate(states) if state.frame == 0}  # their first chunks
     latents = _denoise_video(model, config, batch, torch.cat([latent for latent, _ in noise]), held)
-    actions = _denoise_actions(model, config, batch, torch.cat([action for _, action in noise]), held.keys())
+    actions = _denoise_actions(model, config, batch, torch.cat([action for _, action in noise]), held.keys(), rtc)
     actions = actions * _kept_channels(config, actions)
     return [Chunk(latents[i : i + 1], actions[i : i + 1]) for i in range(len(states))]
 
@@ -106,7 +110,8 @@ def _denoise_video(model, config: LingBotVAConfig, batch: EpisodeBatch, latents,
     return latents
 
 
-def _denoise_actions(model, config: LingBotVAConfig, batch: EpisodeBatch, actions, first) -> torch.Tensor:
+def _denoise_actions(model, config: LingBotVAConfig, batch: EpisodeBatch, actions, first,
+                     rtc: PrefixGuide | None = None) -> torch.Tensor:
     """Actions (E, A, F, N) from noise; episodes in ``first`` have frame 0's actions held to zero at timestep 0."""
     schedule = FlowSchedule.build(config.action_steps, config.action_shift)
     rows = batch.rows if config.action_guidance > 1 else 1  # unguided: the unprompted row would go unused
@@ -119,10 +124,18 @@ def _denoise_actions(model, config: LingBotVAConfig, batch: EpisodeBatch, action
         for i in first:
             actions[i, :, :1], frame_t[i * rows : (i + 1) * rows, 0] = 0, 0
         actions = actions * keep
-        velocity = model.action(actions.repeat_interleave(rows, dim=0), frame_t, positions, None, batch.caches,
-                                WriteMode.PREDICTED if last else WriteMode.TEMPORARY, batch.text_kv(model, rows))
-        if not last:
-            actions = schedule.step(actions, _guided(velocity, config.action_guidance, rows), index)
+
+        def velocity_of(a: torch.Tensor, frame_t=frame_t, last=last) -> torch.Tensor:
+            velocity = model.action(a.repeat_interleave(rows, dim=0), frame_t, positions, None, batch.caches,
+                                    WriteMode.PREDICTED if last else WriteMode.TEMPORARY, batch.text_kv(model, rows))
+            return _guided(velocity, config.action_guidance, rows)
+
+        if last:
+            velocity_of(actions)  # writes the result as PREDICTED: no step
+        elif rtc is None:
+            actions = schedule.step(actions, velocity_of(actions), index)
+        else:
+            actions = schedule.step(actions, rtc.velocity(velocity_of, actions, schedule.sigmas[index]), index)
         for i in first:
             actions[i, :, :1] = 0
     return actions

@@ -14,6 +14,7 @@ import torch
 from agents.wam.inference_config import SamplerConfig
 from agents.wam.mot.model import MoTWAM
 from agents.wam.policy import WAMPolicy, check_finite
+from agents.wam.rtc import PrefixGuide
 from agents.wam.sampling import FlowSampler
 
 
@@ -28,7 +29,7 @@ class MoTPolicy(WAMPolicy):
     @torch.no_grad()
     def sample(
         self, current: torch.Tensor, state: torch.Tensor, text: torch.Tensor, noise_seeds: Sequence[int] | None = None,
-        actions: torch.Tensor | None = None,
+        actions: torch.Tensor | None = None, rtc: PrefixGuide | None = None,
     ) -> dict[str, torch.Tensor]:
         """Denoise an action chunk (and, in joint video mode, the future latents) given the
         current-frame latent (B, C, 1, h, w), normalised state and text embeddings; checks
@@ -37,7 +38,10 @@ class MoTPolicy(WAMPolicy):
         ``future_video=expected`` the first step's estimate of them, from pure noise).
 
         ``actions`` (B, T, A), normalised, are held clean (noise level 0) instead: only the future
-        latents are denoised (the world model, :mod:`agents.wam.mot.world_model`), and x0 has no ``action``."""
+        latents are denoised (the world model, :mod:`agents.wam.mot.world_model`), and x0 has no ``action``.
+
+        ``rtc``: each step's action velocity is guided toward the committed prefix (real-time chunking,
+        agents/wam/rtc.py); None is the plain sampler."""
         model, cfg = self.model, self.model.config
         batch = current.shape[0]
         joint = cfg.video_mode == "joint"
@@ -54,8 +58,11 @@ class MoTPolicy(WAMPolicy):
         def denoise(x: dict[str, torch.Tensor], sigma: torch.Tensor) -> dict[str, torch.Tensor]:
             sigmas = sigma.expand(batch)
             latents = torch.cat([current, x["video"]], dim=2) if joint else current
-            action, action_sigma = (actions, clean) if held else (x["action"], sigmas)
-            video_v, action_v = model(latents, sigmas, action, action_sigma, state, text, cross_kv=cross_kv)
+            if held or rtc is None:
+                action, action_sigma = (actions, clean) if held else (x["action"], sigmas)
+                video_v, action_v = model(latents, sigmas, action, action_sigma, state, text, cross_kv=cross_kv)
+            else:
+                video_v, action_v = self._guided(rtc, x["action"], sigma, latents, state, text, cross_kv)
             if expected == []:  # the first step, from pure noise: its x0 estimate is the expected future
                 expected.append(x["video"] - sigma * video_v)
             velocity = {} if held else {"action": action_v}
@@ -70,6 +77,19 @@ class MoTPolicy(WAMPolicy):
         if joint:
             x0["video"] = model.future_latents(current, x0["video"])
         return x0
+
+    def _guided(self, rtc: PrefixGuide, action: torch.Tensor, sigma: torch.Tensor, latents: torch.Tensor,
+                state: torch.Tensor, text: torch.Tensor, cross_kv: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(video velocity, guided action velocity) of one step: the model once, with the gradient the guide reads."""
+        sigmas, video = sigma.expand(action.shape[0]), []
+
+        def action_velocity(a: torch.Tensor) -> torch.Tensor:
+            video_v, action_v = self.model(latents, sigmas, a, sigmas, state, text, cross_kv=cross_kv)
+            video.append(video_v.detach())
+            return action_v
+
+        action_v = rtc.velocity(action_velocity, action, sigma)
+        return video[0], action_v
 
     def _noise(self, batch: int, shapes: dict[str, tuple[int, ...]], seeds: Sequence[int] | None) -> dict:
         if seeds is None:
