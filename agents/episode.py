@@ -2,7 +2,7 @@
 
 Evaluation actors, demo collection, benchmarks and the world-model interaction loop all run
 episodes with :func:`run_episode`; what each records along the way (a video frame, a dataset
-row, imagined frames) goes in through its hooks. Vectorised rollouts (wam_gym/rollout.py)
+row, imagined frames) goes in through its hooks. Vectorised rollouts (wam_gym/eval/rollout.py)
 keep one :class:`Episode` per env slot, so success, steps and reward are counted one way.
 """
 

@@ -27,13 +27,15 @@ def make_agent(
     replan_steps: int | None = None,
     latency: Latency | None = None,
     remembers_episodes: bool = False,
+    realtime_strategy: str = "hold",
 ) -> Agent:
     """``wam``, ``python``, ``remote``: chunks from ``predictor`` (the broker's client, a policy
     server's client) or from ``policy`` called in this process (a WAMPolicy, your own Policy);
     ``expert``: Meta-World's scripted policies; ``random``: uniform actions in ``action_space``
     drawn from ``seed``. ``action_space`` also clips a WAM's actions when given. ``latency`` (chunk
     agents, one env): the model's calls take simulated time (agents/realtime.py). ``remembers_episodes``: the
-    model keeps each episode's state between calls (LingBot-VA): agents/episode_memory.py's agent drives it."""
+    model keeps each episode's state between calls (LingBot-VA): agents/episode_memory.py's agent drives it.
+    ``realtime_strategy`` (with ``latency``): how arriving chunks are merged (agents/realtime_strategies.py)."""
     if kind in CHUNK_AGENTS:
         if (predictor is None) == (policy is None):
             raise ValueError(f"the {kind} agent needs one of predictor= (a broker or remote client) or policy= "
@@ -49,7 +51,8 @@ def make_agent(
         if latency is not None:
             from agents.realtime import RealtimeChunkAgent
 
-            return RealtimeChunkAgent(predictor, latency, action_horizon, replan_steps, action_space)
+            check_strategy(realtime_strategy, kind, policy)
+            return RealtimeChunkAgent(predictor, latency, action_horizon, replan_steps, action_space, realtime_strategy)
         from agents.chunk_queue import ChunkQueueAgent
 
         return ChunkQueueAgent(predictor, action_horizon, replan_steps, action_space)
@@ -64,6 +67,16 @@ def make_agent(
 
         return RandomAgent(action_space, seed=seed)
     raise ValueError(f"unknown agent {kind!r}; choose one of {AGENTS}")
+
+
+def check_strategy(strategy: str, kind: str, policy: Policy | None = None) -> None:
+    """Refuse a real-time strategy the agent's model cannot do: rtc needs a flow-matching WAM's sampler."""
+    if strategy != "rtc":
+        return
+    if kind != "wam" or (policy is not None and not getattr(policy, "realtime_chunking", False)):
+        who = type(policy).__name__ if policy is not None else f"EVALUATION.agent={kind}"
+        raise ValueError(f"EVALUATION.realtime_strategy=rtc guides a flow-matching WAM's sampler with the committed "
+                         f"actions; {who} has no such sampler: use agent=wam, or realtime_strategy=hold|naive|ensemble")
 
 
 def check_agent_fits_env(kind: str, env_id: str) -> None:

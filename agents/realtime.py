@@ -17,8 +17,10 @@ keeps moving, so a WAM whose call takes 300 ms at 20 Hz acts on an observation 6
 
 With ``d = 0`` (``fixed_ms=0``) every step is what :class:`~agents.chunk_queue.ChunkQueueAgent`
 does. The simulator is paused while the call runs, so a measured latency changes with the
-machine's load, a fixed one does not. The next chunk is not conditioned on the actions already
-committed (real-time chunking's prefix inpainting): each call sees only its observation.
+machine's load, a fixed one does not.
+
+That is the ``hold`` strategy. agents/realtime_strategies.py has the others (``naive``, ``ensemble``, and
+``rtc``, whose calls carry the committed actions so the model's sampler continues them).
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from agents import rtc
 from agents.chunk_queue import ChunkQueueAgent
 from agents.predictor import Predictor
+from agents.realtime_strategies import Anchored, kept
+from agents.realtime_strategies import strategy as realtime_strategy
 from envs.protocol import batch_size
 
 
@@ -57,13 +62,13 @@ HOLD_RULE = "until a new chunk arrives, the rest of the previous chunk, then its
 
 @dataclass
 class _InFlight:
-    chunk: np.ndarray  # the answer, (horizon, action_dim)
-    steps_left: int  # until it arrives
-    skip: int  # its actions whose time will have passed when it arrives
+    chunk: Anchored  # the answer, anchored at the step it was asked for
+    arrives: int  # the step it takes over
 
 
 class RealtimeChunkAgent(ChunkQueueAgent):
-    """A chunk-queue agent on one env whose model calls take simulated time (see the module doc)."""
+    """A chunk-queue agent on one env whose model calls take simulated time (see the module doc); ``strategy``
+    merges the chunks (agents/realtime_strategies.py: hold, naive, ensemble, rtc)."""
 
     def __init__(
         self,
@@ -72,23 +77,26 @@ class RealtimeChunkAgent(ChunkQueueAgent):
         action_horizon: int | None = None,
         replan_steps: int | None = None,
         action_space: spaces.Box | None = None,
+        strategy: str = "hold",
     ):
         super().__init__(predictor, action_horizon, replan_steps, action_space)
         self.latency = latency
+        self.strategy = realtime_strategy(strategy)
         self.control_hz: float | None = None  # the env's steps per second: set by the runner for each env
         self.held_steps = 0  # steps that repeated an action because no chunk had one (this episode)
         self.reset()
 
     def reset(self, env_ids: list[int] | None = None) -> None:
         super().reset(env_ids)
-        self._chunk: np.ndarray | None = None  # the chunk being executed
-        self._position = 0  # its next action's index
-        self._until_call = 0  # steps until the next call is issued
+        self._chunks: list[Anchored] = []  # arrived chunks the strategy may still read, oldest first
+        self._t = 0  # this episode's step
+        self._next_call = 0  # the step the next call is issued at
         self._in_flight: _InFlight | None = None
+        self._delay = 0  # the last call's delay: a measured latency's estimate of the next
         self.held_steps = 0
 
     def reads_pixels(self, env_index: int = 0) -> bool:
-        return self._chunk is None or self._until_call == 0
+        return not self._chunks or self._t >= self._next_call
 
     def replan(self, obs: Mapping[str, Any]) -> None:
         raise NotImplementedError("a real-time agent replans on its own clock; call act(obs) every step")
@@ -98,25 +106,27 @@ class RealtimeChunkAgent(ChunkQueueAgent):
             raise ValueError("a real-time agent runs one env (its clock is that env's): pass one env's observation")
         if self.control_hz is None:
             raise ValueError("set control_hz (the env's steps per second, env.unwrapped.control_hz) before acting")
-        if self._chunk is None:  # the episode's first chunk is awaited
-            chunk, _ = self._call(obs)
-            self._take(chunk, 0)
-            self._until_call = self._replan(chunk)
-        else:
-            if self._in_flight is not None and self._in_flight.steps_left == 0:  # it arrives now
-                self._take(self._in_flight.chunk, self._in_flight.skip)
-                self._in_flight = None
-            if self._until_call == 0:
-                chunk, delay = self._call(obs)
-                if delay == 0:
-                    self._take(chunk, 0)
-                else:
-                    self._in_flight = _InFlight(chunk, delay, delay)
-                self._until_call = max(self._replan(chunk), delay)
-        return self._next_action()
+        t = self._t
+        if self._in_flight is not None and self._in_flight.arrives <= t:
+            self._arrive(self._in_flight.chunk)
+        if not self._chunks or t >= self._next_call:
+            first = not self._chunks  # the episode's first chunk is awaited: the robot starts from rest
+            chunk, self._delay = self._call(obs, t)
+            delay = 0 if first else self._delay
+            if delay == 0:
+                self._arrive(chunk)
+            else:
+                self._in_flight = _InFlight(chunk, t + delay)
+            self._next_call = t + self.strategy.next_call_in(self._replan_steps(), len(chunk.actions), delay, self._delay)
+        action, held = self.strategy.action(self._chunks, t)
+        self.held_steps += held
+        self._t += 1
+        return action
 
-    def _call(self, obs: Mapping[str, Any]) -> tuple[np.ndarray, int]:
-        """The model's chunk for ``obs`` (clipped) and the steps that pass before it arrives."""
+    def _call(self, obs: Mapping[str, Any], t: int) -> tuple[Anchored, int]:
+        """The model's chunk for ``obs`` (clipped), anchored at ``t``, and the steps that pass before it arrives."""
+        if self.strategy.carries_prefix and self._chunks:  # the first call has nothing committed: a plain call
+            obs = {**obs, **self._rtc_entries(t)}
         start = time.perf_counter()
         prediction = self.predictor.predict_row(obs)
         delay = self.latency.steps(time.perf_counter() - start, self.control_hz)
@@ -126,22 +136,21 @@ class RealtimeChunkAgent(ChunkQueueAgent):
         chunk = prediction.actions[: self.action_horizon].astype(np.float32)
         if self.action_space is not None:
             chunk = np.clip(chunk, self.action_space.low, self.action_space.high)
-        return chunk, delay
+        return Anchored(t, chunk), delay
 
-    def _take(self, chunk: np.ndarray, position: int) -> None:
-        self._chunk, self._position = chunk, position
+    def _rtc_entries(self, t: int) -> dict[str, Any]:
+        """What the call at ``t`` carries for real-time chunking: the actions committed from ``t`` on."""
+        horizon = self.action_horizon or self.predictor.action_horizon
+        if horizon is None:
+            raise ValueError("EVALUATION.realtime_strategy=rtc pads the committed actions to the model's chunk length, "
+                             "which this predictor does not know: set EVALUATION.action_horizon")
+        delay = self.latency.steps(0.0, self.control_hz) if self.latency.fixed_ms is not None else self._delay
+        rest = self.strategy.committed(self._chunks, t, min(delay, horizon))
+        return rtc.entries(rest, min(delay, len(rest), horizon), horizon, rest.shape[1])
 
-    def _replan(self, chunk: np.ndarray) -> int:
-        return min(self.replan_steps or len(chunk), len(chunk))
+    def _arrive(self, chunk: Anchored) -> None:
+        self._chunks = kept([*self._chunks, chunk], self._t, self.strategy)
+        self._in_flight = None
 
-    def _next_action(self) -> np.ndarray:
-        if self._position < len(self._chunk):
-            action = self._chunk[self._position]
-        else:
-            action = self._chunk[-1]
-            self.held_steps += 1
-        self._position += 1
-        self._until_call -= 1
-        if self._in_flight is not None:
-            self._in_flight.steps_left -= 1
-        return action
+    def _replan_steps(self) -> int:
+        return self.replan_steps or self.action_horizon or 1

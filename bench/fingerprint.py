@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wam_gym.utils.fingerprint import checkpoint_fingerprint
+from wam_gym.eval.fingerprint import checkpoint_fingerprint
 
 TENSOR_BYTES = 64 << 20
 

@@ -128,7 +128,7 @@ def in_process(broker, row: dict, n: int, args, ids) -> tuple[float, list[float]
 def openpi(port: int, obs: dict, n: int, args) -> tuple[float, list[float]]:
     from websockets.sync.client import connect as ws_connect
 
-    from wam_gym.wire import pack_openpi, unpack
+    from wam_gym.remote.wire import pack_openpi, unpack
 
     @contextlib.contextmanager
     def connect(_):

@@ -298,9 +298,9 @@ def one_worker_bound(actors: int, batch_cap: int, a: float, c: float, think: flo
 
 def best_schedule(workload: Workload) -> float:
     """Env-steps/s of the best fixed schedule a scheduler knowing L, e and R in advance can run:
-    the actors in k groups taking turns on the workers, the best k (wam_gym.batching.schedule: a
+    the actors in k groups taking turns on the workers, the best k (wam_gym.broker.batching.schedule: a
     reachable rate, so the true optimum lies between it and ``bound``)."""
-    from wam_gym.batching import schedule
+    from wam_gym.broker.batching import schedule
 
     w = workload
     cycle, _ = schedule(w.actors, w.workers, w.batch_size, w.latency_s, w.per_row_s, w.replan_steps * w.env_step_s)
@@ -314,7 +314,7 @@ def simulate(workload: Workload, wait_ms: float, pacing: bool = True, seconds: f
     import heapq
     import random
 
-    from wam_gym.batching import Batcher, Pacer, Request
+    from wam_gym.broker.batching import Batcher, Pacer, Request
 
     w, rng = workload, random.Random(seed)
     batcher, pacer = Batcher(w.batch_size, wait_ms), Pacer(w.batch_size) if pacing else None

@@ -23,7 +23,7 @@ serving path differs. Here it is vla-eval 0.8's, unmodified:
   ``SyncEpisodeRunner`` uses it: one ``act`` per env step. Connection is async (anyio), so each
   actor process runs it on an anyio blocking portal (an event loop in a thread) and ``run_actor``'s
   sync ``act`` calls ``portal.call(conn.act, ...)``. The observation row goes out under vla-eval's
-  keys (wam_gym.keymap's defaults: ``images.<camera>``, ``state``, ``task_description``).
+  keys (wam_gym.remote.keymap's defaults: ``images.<camera>``, ``state``, ``task_description``).
 
 Images travel raw by default (``image_format="raw"``): the stand-in measures scheduling, and the
 broker ships raw arrays too. vla-eval's own default is PNG (``numpy_codec._image_format``), which
@@ -47,10 +47,10 @@ SERVER_START_S = 60.0  # a spawned server: import vla_eval, bind, answer /health
 
 
 def _to_wire(obs: dict) -> dict:
-    """One row of the workload's batch-of-one observation -> vla-eval's keys (wam_gym.keymap)."""
+    """One row of the workload's batch-of-one observation -> vla-eval's keys (wam_gym.remote.keymap)."""
     from envs.protocol import INSTRUCTION, PIXELS, STATE
-    from wam_gym.keymap import default_keys, to_wire
-    from wam_gym.wire import VLA_EVAL
+    from wam_gym.remote.keymap import default_keys, to_wire
+    from wam_gym.remote.wire import VLA_EVAL
 
     row = {PIXELS: {cam: image[0] for cam, image in obs[PIXELS].items()}, STATE: obs[STATE][0],
            INSTRUCTION: obs[INSTRUCTION][0]}

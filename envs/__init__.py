@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from envs.errors import MissingAssetsError, MissingSimulatorError, SuiteHeaderError, UnknownEnvError
-from envs.registry import Suite, all_env_ids, env_id, register_envs, register_suite, suite_of, suites
+from envs.registry import all_env_ids, register_envs, register_suite, suite_of, suites
+from envs.suite import Suite, env_id
 
 __all__ = [
     "MissingAssetsError",
@@ -73,7 +74,7 @@ def make_vec(
 
     Async workers start with forkserver (never fork), and each builds its env and GL context
     itself on first reset. Autoreset is off by default so that every episode can be started
-    with its own seed (see wam_gym.rollout.run_episodes).
+    with its own seed (see wam_gym.eval.rollout.run_episodes).
     """
     import gymnasium
     from gymnasium.vector import AutoresetMode

@@ -2,7 +2,7 @@
 
 What a header holds, and :func:`check_header` asks of every suite, built-in or plugin:
 
-- ``SUITE``: an :class:`envs.registry.Suite` (its name, its ids and their constructor keywords, the env class's
+- ``SUITE``: an :class:`envs.suite.Suite` (its name, its ids and their constructor keywords, the env class's
   ``"module:Class"``, its step limit);
 - a docstring whose labelled lines say what its envs observe and take: ``State (8,): ...`` and ``Action: ...``,
   and its cameras as a ``Cameras: ...`` (or ``Pixels: ...``) line or a ``CAMERAS`` tuple of every camera name.
@@ -19,17 +19,12 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from envs.errors import SuiteHeaderError
-from envs.registry import Suite, header_module
+from envs.suite import Suite
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")  # a suite's name is a --suite / SERVE.suite value and an extra's name
 ENTRY_POINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 ENV_ID = re.compile(r"[\w:-]+/[\w:.-]+-v\d+")  # gymnasium's form, with the namespace that keeps ids apart
 GUIDE = "docs/evaluate/add-a-benchmark.md"
-
-
-def header_doc(suite: Suite) -> str:
-    """The docstring of the header module that declared ``suite``."""
-    return inspect.getdoc(header_module(suite)) or ""
 
 
 def labelled(doc: str, label: str) -> str:

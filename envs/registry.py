@@ -12,15 +12,14 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import inspect
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
 
 from envs.errors import SuiteHeaderError, UnknownEnvError
+from envs.header import check_header
+from envs.suite import NAMESPACE, Suite
 
-NAMESPACE = "wam_gym"
 BUILTIN_SUITES = (  # header modules, in the order listings and the env reference show them
     "envs.metaworld",
     "envs.libero",
@@ -30,41 +29,6 @@ BUILTIN_SUITES = (  # header modules, in the order listings and the env referenc
     "envs.robotwin",
     "envs.world_model",
 )
-
-
-@dataclass(frozen=True)
-class Suite:
-    """One benchmark suite and the env ids it registers."""
-
-    name: str  # short name (--suite, SERVE.suite); for a built-in suite also the pip extra
-    title: str
-    entry_point: str  # "module:Class" gymnasium imports on make()
-    simulator_module: str  # import name whose presence means "installed"
-    max_episode_steps: int
-    env_kwargs: Mapping[str, dict[str, Any]]  # env id -> constructor kwargs
-    assets: str = ""  # what else must be on disk, and how to get it
-    max_steps_by_id: Mapping[str, int] = field(default_factory=dict)
-    settle_steps: int = 0  # no-op steps a reset runs before the first observation (objects drop into place)
-    image_orientation: str = "upright"  # how its cameras' frames are stored (every suite renders upright)
-    # how the field's drivers for this benchmark turn its frames (envs/orientation.py): what openpi's and vla-eval's
-    # clients send a policy server, read from their code; the policy server turns them upright from it
-    driver_frames: str = "upright"
-    lazy_pixels: bool = True  # its envs take lazy_pixels=True (render only when asked; envs/contract.py)
-    install_command: str = ""  # how to install its simulator; empty: wam_gym's extra of its name (a plugin sets its own)
-
-    @property
-    def install(self) -> str:
-        return self.install_command or f"pip install 'wam_gym[{self.name}]'"
-
-    def installed(self) -> bool:
-        return importlib.util.find_spec(self.simulator_module) is not None
-
-    def episode_steps(self, env_id: str) -> int:
-        return self.max_steps_by_id.get(env_id, self.max_episode_steps)
-
-
-def env_id(name: str, version: int, namespace: str = NAMESPACE) -> str:
-    return f"{namespace}/{name}-v{version}"
 
 
 _headers: dict[str, ModuleType] = {}  # suite name -> its header module, in registration order
@@ -87,8 +51,6 @@ def _load() -> None:
 
 def _add(header: ModuleType) -> Suite:
     """Check ``header`` and add its suite; the same header again is a no-op."""
-    from envs.header import check_header
-
     suite = check_header(header)
     if _headers.get(suite.name) is header:
         return suite
@@ -129,6 +91,11 @@ def header_module(suite: Suite) -> ModuleType:
     """The header module that declared ``suite`` (its docstring says what the suite's envs observe and take)."""
     _load()
     return _headers[suite.name]
+
+
+def header_doc(suite: Suite) -> str:
+    """The docstring of the header module that declared ``suite`` (what its envs observe and take)."""
+    return inspect.getdoc(header_module(suite)) or ""
 
 
 def plugin_errors() -> tuple[str, ...]:

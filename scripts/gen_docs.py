@@ -159,7 +159,9 @@ def envs_page() -> str:
 #   <!-- generated: file PATH tested by TEST -->  the file at PATH as a code block titled with its path, under the
 #                                                 doc-test marker naming TEST (" tested by TEST" is optional)
 #   <!-- generated: suite DIR:MODULE -->          the tables of the suite header MODULE, importable from DIR
-PART = re.compile(r"(<!-- generated: (\w+) (\S+)(?: tested by (\S+))? -->\n).*?(<!-- end generated -->)", re.S)
+#   <!-- generated: suite-page MODULE -->         a built-in suite's page: its header's tables (ids: up to
+#                                                 MAX_IDS_ON_PAGE listed, else counted and linked)
+PART = re.compile(r"(<!-- generated: ([\w-]+) (\S+)(?: tested by (\S+))? -->\n).*?(<!-- end generated -->)", re.S)
 LANGS = {".py": "python", ".toml": "toml"}
 
 
@@ -179,13 +181,31 @@ def suite_part(spec: str) -> str:
         sys.path.remove(str(ROOT / folder))
 
 
+MAX_IDS_ON_PAGE = 20
+
+
+def suite_page_part(module: str) -> str:
+    """A built-in suite page's tables, from its header: summary, keywords, and its ids where they are few."""
+    header = importlib.import_module(module)
+    summary, intro, keywords, ids = suite_tables(header)
+    count = len(header.SUITE.env_kwargs)
+    listed = ids if count <= MAX_IDS_ON_PAGE else (
+        f"{count} ids, each with the keywords it fixes and its step limit: [the env reference]"
+        f"(../../reference/envs.md#{re.sub(r'[^a-z0-9 -]', '', header.SUITE.title.lower()).replace(' ', '-')}), or "
+        "`python -m wam_gym.envs list`.")
+    source = code(module.replace(".", "/") + "/__init__.py")
+    return "\n\n".join([f"Generated from the suite's header, {source}:", summary, intro, keywords, listed]) + "\n"
+
+
 def with_parts(rel: str) -> str:
     """The page at ``rel`` with each generated part as the code now gives it."""
     def fill(part: re.Match) -> str:
         begin, kind, arg, test, end = part.groups()
-        if kind not in ("file", "suite"):
-            raise ValueError(f"{rel}: a generated part of kind {kind!r}: write file or suite")
-        return f"{begin}\n{file_part(arg, test) if kind == 'file' else suite_part(arg)}\n{end}"
+        parts = {"file": lambda: file_part(arg, test), "suite": lambda: suite_part(arg),
+                 "suite-page": lambda: suite_page_part(arg)}
+        if kind not in parts:
+            raise ValueError(f"{rel}: a generated part of kind {kind!r}: write one of {sorted(parts)}")
+        return f"{begin}\n{parts[kind]()}\n{end}"
 
     return PART.sub(fill, (ROOT / rel).read_text())
 
@@ -373,6 +393,12 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/config.md": config_page,
     "docs/reference/bad-inputs.md": bad_inputs_page,
     "docs/evaluate/add-a-benchmark.md": lambda: with_parts("docs/evaluate/add-a-benchmark.md"),
+    "docs/evaluate/suites/metaworld.md": lambda: with_parts("docs/evaluate/suites/metaworld.md"),
+    "docs/evaluate/suites/libero.md": lambda: with_parts("docs/evaluate/suites/libero.md"),
+    "docs/evaluate/suites/robosuite.md": lambda: with_parts("docs/evaluate/suites/robosuite.md"),
+    "docs/evaluate/suites/maniskill.md": lambda: with_parts("docs/evaluate/suites/maniskill.md"),
+    "docs/evaluate/suites/robocasa.md": lambda: with_parts("docs/evaluate/suites/robocasa.md"),
+    "docs/evaluate/suites/robotwin.md": lambda: with_parts("docs/evaluate/suites/robotwin.md"),
 }
 
 

@@ -4,7 +4,7 @@
 
 The imagination score (wam_gym/eval/imagination.py) compares the frames a WAM decodes with the frames
 the env renders ``k * frame_stride`` steps later. Whatever the WAM predicts, it is decoded by its VAE;
-so the future frame itself, encoded and decoded (``training.success_detector.as_the_world_model_draws``),
+so the future frame itself, encoded and decoded (``wam_gym.world_model.success_detector.as_the_world_model_draws``),
 is the best any prediction through that VAE can score. This runs Meta-World's scripted expert on each
 task (seeds 1000.., the demo's evaluation seeds) at the checkpoint's cameras and size, and prints, per
 offset k, PSNR / SSIM of that round trip and of copying the frame ``k * frame_stride`` steps earlier.
@@ -42,10 +42,10 @@ def expert_frames(task: str, seed: int, cameras: tuple[str, ...], size: tuple[in
 
 def bound(checkpoint: str, tasks: list[str], seeds: int, steps: int) -> dict:
     """Per offset k (1..num_future_frames): mean PSNR/SSIM of the VAE round trip and of copying."""
-    from training.success_detector import as_the_world_model_draws
     from wam_gym.eval.imagination import frame_stride
     from wam_gym.utils.metrics import PSNR_CAP_DB, per_frame_psnr, per_frame_ssim
-    from wam_gym.world_model_env import model_config
+    from wam_gym.world_model.env import model_config
+    from wam_gym.world_model.success_detector import as_the_world_model_draws
 
     model = model_config(checkpoint)
     stride, _ = frame_stride(model, Path(checkpoint))
@@ -71,7 +71,7 @@ def bound(checkpoint: str, tasks: list[str], seeds: int, steps: int) -> dict:
 
 def check_args(args: argparse.Namespace) -> list[str]:
     """Every argument checked before an episode runs or the VAE loads: the tasks."""
-    from wam_gym.world_model_eval import check_checkpoint, check_tasks
+    from wam_gym.world_model.evaluate import check_checkpoint, check_tasks
 
     for flag, value, high in (("--seeds", args.seeds, 10_000), ("--steps", args.steps, 100_000)):
         if not 1 <= value <= high:

@@ -103,7 +103,7 @@ def libero_init_state(ctx: Ctx):
 def autoreset_vector_env(ctx: Ctx):
     from gymnasium.vector import AutoresetMode
 
-    from wam_gym.rollout import run_episodes
+    from wam_gym.eval.rollout import run_episodes
 
     run_episodes(SimpleNamespace(metadata={"autoreset_mode": AutoresetMode.NEXT_STEP}), None, seeds=[0])
 
@@ -244,12 +244,15 @@ def load_dir(name: str) -> Callable[[Ctx], object]:
 
 
 def eval_config(ctx: Ctx, ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym/MetaWorld-reach-v3",),
-                env_kwargs: dict | None = None, **evaluation):
+                env_kwargs: dict | None = None, protocol: str | None = None, **evaluation):
+    """As the command line composes it: the protocol group's settings (if one is named), then these overrides."""
+    from wam_gym.eval import protocols
     from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
 
-    evaluation = {"output_dir": str(ctx.tmp / "out"), "tensorboard": False, **evaluation}
-    return EvalConfig(ckpt=ckpt, env_kwargs=env_kwargs or {}, EVALUATION=EvaluationConfig(agent=agent, **evaluation),
-                      MULTIRUN=MultirunConfig(task_sets=list(tasks)))
+    preset = protocols.overlay(protocols.named(protocol))
+    evaluation = {"output_dir": str(ctx.tmp / "out"), "tensorboard": False, **preset.get("EVALUATION", {}), **evaluation}
+    return EvalConfig(ckpt=ckpt, protocol=protocol, env_kwargs={**preset.get("env_kwargs", {}), **(env_kwargs or {})},
+                      EVALUATION=EvaluationConfig(agent=agent, **evaluation), MULTIRUN=MultirunConfig(task_sets=list(tasks)))
 
 
 def eval_manager(ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym/MetaWorld-reach-v3",), **changes):
@@ -288,10 +291,10 @@ def served_frame(frame: dict, keys: dict | None = None, protocol: str = "openpi"
     def trigger(ctx: Ctx):
         import msgpack
 
-        from wam_gym.keymap import key_map, to_contract
+        from wam_gym.remote.keymap import key_map, to_contract
+        from wam_gym.remote.wire import VLA_EVAL, unpack
         from wam_gym.serve.hello import runner_hints
         from wam_gym.serve.server import KNOBS
-        from wam_gym.wire import VLA_EVAL, unpack
 
         cameras = ("corner", "gripperPOV")
         obs = unpack(msgpack.packb(frame, use_bin_type=True))
@@ -337,10 +340,10 @@ def eval_rerun(before: Callable[[Ctx, Path], object] | None = None, **changes) -
 
     def trigger(ctx: Ctx):
         from wam_gym.eval.manager import EvalManager
-        from wam_gym.results import EpisodeRecord, ResultStore
+        from wam_gym.eval.results import EpisodeRecord, ResultStore
 
         out = ctx.tmp / "out"
-        EvalManager(eval_config(ctx, num_trials=2, seed=7)).protocol.resume(has_episodes=False, allow=False)
+        EvalManager(eval_config(ctx, num_trials=2, seed=7)).plan.protocol.resume(has_episodes=False, allow=False)
         for trial in range(2):
             ResultStore(out).write(EpisodeRecord("wam_gym/MetaWorld-reach-v3", trial, 7 + trial, True, 10, 1.0))
         EvalManager(eval_config(ctx, num_trials=2, seed=7)).run()  # every episode on disk: nothing runs
@@ -361,12 +364,12 @@ def hold_lock(ctx: Ctx, out: Path) -> None:
 def eval_disk_full(ctx: Ctx, out: Path) -> None:
     import errno
 
-    import wam_gym.results
+    import wam_gym.eval.results
 
     def no_space(path, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    ctx.monkeypatch.setattr(wam_gym.results, "atomic_write_text", no_space)
+    ctx.monkeypatch.setattr(wam_gym.eval.results, "atomic_write_text", no_space)
 
 
 def read_only(ctx: Ctx):
@@ -472,7 +475,7 @@ def compared_runs(b_protocol: dict) -> Callable[[Ctx], object]:
         import json
 
         from wam_gym.compare import compare
-        from wam_gym.results import EpisodeRecord, ResultStore
+        from wam_gym.eval.results import EpisodeRecord, ResultStore
 
         for name, changes in (("A", {}), ("B", b_protocol)):
             run = ctx.tmp / name
@@ -625,10 +628,10 @@ def cases() -> list[Case]:
     from training.data import DatasetError
     from wam_gym.broker import BrokerConfig, BrokerError
     from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
-    from wam_gym.keymap import ObservationError
+    from wam_gym.remote.keymap import ObservationError
+    from wam_gym.remote.wire import WireError
     from wam_gym.utils.publish import TargetBusyError
     from wam_gym.utils.run_dir import DiskFullError, ResumeMismatchError
-    from wam_gym.wire import WireError
 
     f32 = np.float32
     pixel = {"__ndarray__": True, "data": bytes(3), "dtype": "|u1", "shape": [1, 1, 3]}  # a 1x1 image, as vla-eval packs it
@@ -802,23 +805,23 @@ def cases() -> list[Case]:
              r"Drop env_kwargs\.cameras \(the env then renders the checkpoint's\), or list all of them"),
         Case("eval-action-horizon-too-long", eval_wam(action_horizon=32), ValueError,
              r"EVALUATION\.action_horizon=32: the checkpoint predicts 1\.\.16 actions per call"),
-        Case("eval-unknown-protocol", call("wam_gym.eval.config:EvaluationConfig", protocol="fastwam"), ValueError,
-             r"EVALUATION\.protocol='fastwam' is not a known protocol: choose one of \['fastwam_libero', "
-             r"'lingbot_va_libero', 'lingbot_va_robotwin'\], or null"),
+        Case("eval-unknown-protocol", call("wam_gym.eval.config:EvalConfig", protocol="fastwam"), ValueError,
+             r"protocol='fastwam' is not a known protocol: choose one of \['fastwam_libero', "
+             r"'lingbot_va_libero', 'lingbot_va_robotwin'\], or none"),
         Case("eval-protocol-conflict", eval_manager(tasks=(LIBERO,), protocol="fastwam_libero", seed=3), ValueError,
-             r"EVALUATION\.seed=3 conflicts with EVALUATION\.protocol=fastwam_libero, which fixes it to 42: drop the "
-             r"override, or drop EVALUATION\.protocol"),
+             r"EVALUATION\.seed=3 conflicts with protocol=fastwam_libero, which fixes it to 42: drop the "
+             r"override, or leave the protocol out \(protocol=none\)"),
         Case("eval-protocol-other-suite", eval_manager(protocol="fastwam_libero"), ValueError,
-             r"EVALUATION\.protocol=fastwam_libero evaluates libero tasks, and wam_gym/MetaWorld-reach-v3 is a metaworld "
-             r"task: evaluate libero tasks \(benchmark=libero\), or drop EVALUATION\.protocol"),
+             r"protocol=fastwam_libero evaluates libero tasks, and wam_gym/MetaWorld-reach-v3 is a metaworld "
+             r"task: evaluate libero tasks \(benchmark=libero\), or leave the protocol out \(protocol=none\)"),
         Case("eval-protocol-ckpt-inputs", eval_wam(tasks=(LIBERO,), protocol="fastwam_libero"), ValueError,
-             r"EVALUATION\.protocol=fastwam_libero feeds the model by the input convention 'fastwam_libero', and "
+             r"protocol=fastwam_libero feeds the model by the input convention 'fastwam_libero', and "
              r"ckpt=\S+ declares none \(inputs\.name in its wam_config\.json\): evaluate a checkpoint made with that "
-             r"convention .*, or drop EVALUATION\.protocol"),
+             r"convention .*, or leave the protocol out \(protocol=none\)"),
         Case("eval-protocol-cannot-run", eval_manager(tasks=("wam_gym/RoboTwin-beat_block_hammer-v0",), agent="random",
                                                       protocol="lingbot_va_robotwin"), ValueError,
-             r"EVALUATION\.protocol=lingbot_va_robotwin records their evaluation and runs no episode yet: .*; drop "
-             r"EVALUATION\.protocol"),
+             r"protocol=lingbot_va_robotwin records their evaluation and runs no episode yet: .*; leave the "
+             r"protocol out \(protocol=none\)"),
         Case("eval-output-dir-is-file", output_dir_is_file, ValueError,
              r"EVALUATION\.output_dir=\S+ is a file, not a directory: pass a directory path"),
         Case("eval-output-dir-not-writable", read_only, ValueError,

@@ -18,7 +18,6 @@ import pytest
 
 from bench.soak import EchoPolicy
 from envs.protocol import take_row
-from wam_gym.batching import Batcher, Request
 from wam_gym.broker import (
     MAX_HELD,
     STATS_WINDOW,
@@ -29,8 +28,9 @@ from wam_gym.broker import (
     RemoteInferenceError,
     worker_devices,
 )
-from wam_gym.model_worker import decode, send
-from wam_gym.outbox import Outbox
+from wam_gym.broker.batching import Batcher, Request
+from wam_gym.broker.model_worker import decode, send
+from wam_gym.broker.outbox import Outbox
 
 # The stand-in models build on bench/soak.py's, which need no torch: a model worker (which imports
 # this module to unpickle its factory) starts in about a second instead of ~10.
@@ -516,7 +516,7 @@ def test_model_workers_exit_when_the_broker_process_is_killed():
     """An orphaned model copy would hold its (GPU) memory until someone finds it."""
     import psutil
 
-    from wam_gym.model_worker import ORPHAN_CHECK_S
+    from wam_gym.broker.model_worker import ORPHAN_CHECK_S
 
     root = Path(__file__).resolve().parents[1]
     parent = subprocess.Popen([sys.executable, "-c", BROKER_IN_A_CHILD], cwd=root, stdout=subprocess.PIPE, text=True)

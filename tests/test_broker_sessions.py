@@ -25,8 +25,8 @@ from test_broker import wait_for
 
 from agents.episode_memory import EPISODE, SEEN, MemoryChunkAgent
 from agents.policy import EpisodicPolicy
-from wam_gym.batching import Request
 from wam_gym.broker import BrokerConfig, BrokerError, EpisodeLost, InferenceBroker, RemoteInferenceError
+from wam_gym.broker.batching import Request
 from wam_gym.broker.sessions import SessionRegistry
 
 CONFIG = BrokerConfig(workers_per_gpu=2, inference_batch_size=4, inference_batch_wait_ms=50)

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from wam_gym.compare import compare, format_report
+from wam_gym.eval.results import EpisodeRecord, ResultStore
 from wam_gym.eval.run_protocol import PROTOCOL_FILE
-from wam_gym.results import EpisodeRecord, ResultStore
 
 A_TASK, B_TASK = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"
 PROTOCOL = {

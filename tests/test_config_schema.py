@@ -52,13 +52,9 @@ def train_config(*overrides: str) -> TrainConfig:
 
 
 def eval_config(*overrides: str) -> EvalConfig:
-    from omegaconf import OmegaConf
+    from wam_gym.eval.config import compose
 
-    from wam_gym.eval.__main__ import register_schema
-
-    register_schema()
-    with initialize_config_dir(config_dir=str(ROOT / "wam_gym" / "conf"), version_base=None):
-        return OmegaConf.to_object(compose("eval", overrides=list(overrides)))
+    return compose(overrides)
 
 
 @pytest.mark.parametrize("path", sorted(COMMENTED))

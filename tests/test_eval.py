@@ -32,8 +32,8 @@ from agents.wam.checkpoint import MissingCheckpointError  # noqa: E402
 from envs.errors import UnknownEnvError  # noqa: E402
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig  # noqa: E402
 from wam_gym.eval.manager import EvalError, EvalManager  # noqa: E402
+from wam_gym.eval.results import EpisodeRecord, ResultStore  # noqa: E402
 from wam_gym.eval.tasks import TASK_SETS, plan, resolve_tasks  # noqa: E402
-from wam_gym.results import EpisodeRecord, ResultStore  # noqa: E402
 from wam_gym.utils.video import read_mp4  # noqa: E402
 
 REACH, PUSH = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"
@@ -271,7 +271,7 @@ def test_killed_actor_has_its_episode_retried_once(tmp_path):
         """Once an episode is on disk (actors are past start-up), an actor in the middle of another."""
         if not episode_files(out):
             return None
-        done = manager.store.done()
+        done = manager.plan.store.done()
         for handle in list(actors.actors.values()):
             job = handle.job
             if job is not None and job.key not in done and handle.process.is_alive():
@@ -456,7 +456,7 @@ def test_libero_trials_pin_the_init_state_and_metaworld_does_not(tmp_path):
     # With every episode on disk nothing is simulated, and the summary says init states were pinned.
     out = tmp_path / "out"
     cfg = config(out, tasks=(LIBERO_TASK,), trials=2, tensorboard=False)
-    EvalManager(cfg).protocol.resume(has_episodes=False, allow=False)  # as the run that wrote them left it
+    EvalManager(cfg).plan.protocol.resume(has_episodes=False, allow=False)  # as the run that wrote them left it
     store = ResultStore(out)
     for k in range(2):
         store.write(EpisodeRecord(LIBERO_TASK, k, SEED + k, success=k == 0, steps=10, reward=0.0, init_state_id=k))
@@ -500,8 +500,8 @@ def test_imagination_score_off_computes_nothing(tmp_path, tiny_ckpt):
 
     for off in ({}, {"imagination_score": False, "visualize_future_video": True}):
         m = manager(**off)
-        assert m.imagination is None and m._spec().imagination is None
-    assert policy_factory(manager().config.EVALUATION, 0, None, None).args[1].visualize_future_video is False
+        assert m.plan.imagination is None and m.plan.actor_spec().imagination is None
+    assert policy_factory(manager().plan.config.EVALUATION, 0, None, None).args[1].visualize_future_video is False
     assert manager(visualize_future_video=True).imagination is not None  # null: on when the frames are decoded anyway
     assert manager(imagination_score=True).config.EVALUATION.inference().visualize_future_video is True
     with pytest.raises(ValueError, match="video_mode=joint"):

@@ -23,8 +23,9 @@ import pytest
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
 from wam_gym.eval.errors import EvalError, OutputDirBusy, ResumeMismatch
 from wam_gym.eval.manager import EvalManager
+from wam_gym.eval.report import report
+from wam_gym.eval.results import EpisodeRecord, ResultStore
 from wam_gym.eval.run_protocol import LEGACY_IDENTITY_FILE, PROTOCOL_FILE, checkpoint_fingerprint, protocol_hash
-from wam_gym.results import EpisodeRecord, ResultStore
 from wam_gym.utils.run_dir import EVAL_LOCK as LOCK_FILE
 
 REACH, PUSH = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"
@@ -44,7 +45,7 @@ def record_episodes(out, tasks=(REACH,), trials=2, cfg: EvalConfig | None = None
     """Every planned episode on disk, so a run starts no process; with ``cfg``, first the protocol.json a run of
     it writes (episodes without one are refused: their settings would be unknown)."""
     if cfg is not None:
-        EvalManager(cfg).protocol.resume(has_episodes=False, allow=False)
+        EvalManager(cfg).plan.protocol.resume(has_episodes=False, allow=False)
     for task in tasks:
         for trial in range(trials):
             ResultStore(out).write(EpisodeRecord(task, trial, SEED + trial, success=trial == 0, steps=10, reward=1.0))
@@ -278,7 +279,7 @@ def test_ckpt_and_stats_paths_expand_the_home_directory(wam_run, tmp_path, monke
     out, ckpt = wam_run
     monkeypatch.setenv("HOME", str(tmp_path))
     manager = EvalManager(config(out, agent="wam", ckpt="~/ckpt", dataset_stats_path="~/ckpt/dataset_stats.json"))
-    assert manager.ckpt == ckpt.resolve() and manager.stats == (ckpt / "dataset_stats.json").resolve()
+    assert manager.plan.ckpt == ckpt.resolve() and manager.plan.stats == (ckpt / "dataset_stats.json").resolve()
     assert manager.run()["complete"]  # and it is the same run
 
 
@@ -337,7 +338,7 @@ def test_second_run_on_a_locked_output_dir_is_refused_naming_the_holder(done_run
 def test_lock_is_held_for_the_whole_run(done_run):
     seen = []
     manager = EvalManager(config(done_run, trials=3))
-    manager._run_jobs = lambda todo, done: seen.append((done_run / LOCK_FILE).read_text())
+    manager.run_jobs = lambda todo, done: seen.append((done_run / LOCK_FILE).read_text())
     manager.run()
     assert seen and seen[0].startswith(f"pid {os.getpid()} on ")
 
@@ -345,9 +346,9 @@ def test_lock_is_held_for_the_whole_run(done_run):
 # ----------------------------------------------------------------- a full disk
 def fill_disk_after(monkeypatch, writes_left: int) -> None:
     """Every atomic write of a record or summary after the first ``writes_left`` fails with ENOSPC."""
-    import wam_gym.results
+    import wam_gym.eval.results
 
-    real = wam_gym.results.atomic_write_text
+    real = wam_gym.eval.results.atomic_write_text
     left = [writes_left]
 
     def write(path, text):
@@ -356,7 +357,7 @@ def fill_disk_after(monkeypatch, writes_left: int) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real(path, text)
 
-    monkeypatch.setattr(wam_gym.results, "atomic_write_text", write)
+    monkeypatch.setattr(wam_gym.eval.results, "atomic_write_text", write)
 
 
 def test_disk_full_while_writing_records_keeps_the_written_ones(tmp_path, monkeypatch):
@@ -365,9 +366,9 @@ def test_disk_full_while_writing_records_keeps_the_written_ones(tmp_path, monkey
 
     def run_jobs(todo, done):  # stands in for the actors: three episodes finish, the third finds the disk full
         for job in list(todo):
-            manager.store.write(EpisodeRecord(job.task.name, job.trial, job.seed, success=True, steps=5, reward=0.0))
+            manager.plan.store.write(EpisodeRecord(job.task.name, job.trial, job.seed, success=True, steps=5, reward=0.0))
 
-    monkeypatch.setattr(manager, "_run_jobs", run_jobs)
+    monkeypatch.setattr(manager, "run_jobs", run_jobs)
     fill_disk_after(monkeypatch, writes_left=2)
     with pytest.raises(EvalError) as info:
         manager.run()
@@ -393,7 +394,7 @@ def test_record_under_another_trials_name_is_set_aside_and_reported(done_run):
     trial1 = store.episode_path(REACH, 1)
     shutil.copyfile(store.episode_path(REACH, 0), trial1)  # trial 0's record as trial 1's file
     manager = EvalManager(config(done_run))
-    summary = manager._report(0.0, None)  # what a run reports before trial 1 reruns
+    summary = report(manager.plan, {}, {}, 0.0, None)  # what a run reports before trial 1 reruns
     assert not summary["complete"]
     assert summary["error"].startswith(f"1 of 2 planned episodes have no record (first: {REACH} trial 1)")
     assert f"run again with EVALUATION.output_dir={done_run}" in summary["error"]

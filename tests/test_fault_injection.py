@@ -33,8 +33,8 @@ from wam_gym.eval import actor as actor_module  # noqa: E402
 from wam_gym.eval import manager as manager_module  # noqa: E402
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig  # noqa: E402
 from wam_gym.eval.manager import EvalError, EvalManager  # noqa: E402
+from wam_gym.eval.results import EpisodeRecord, ResultStore  # noqa: E402
 from wam_gym.eval.tasks import plan, resolve_tasks  # noqa: E402
-from wam_gym.results import EpisodeRecord, ResultStore  # noqa: E402
 
 REACH, PUSH = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"
 TASKS, TRIALS, STEPS, SEED = (REACH, PUSH), 3, 15, 11  # trial k uses SEED + k
@@ -378,7 +378,7 @@ def test_stray_temp_files_are_never_counted_and_a_rerun_removes_them(tmp_path, r
     """What interrupted atomic writes leave (temp files of a record, results.json and a video)
     beside a complete run: a rerun counts only the records, runs nothing and cleans up."""
     out = tmp_path / "out"
-    EvalManager(random_config(out)).protocol.resume(has_episodes=False, allow=False)  # as the complete run left it
+    EvalManager(random_config(out)).plan.protocol.resume(has_episodes=False, allow=False)  # as the complete run left it
     store = ResultStore(out)
     for rec in reference.values():
         store.write(EpisodeRecord(**rec))

@@ -1,4 +1,4 @@
-"""wam_gym/utils/fingerprint.py: every byte counts (one ulp of one norm weight, one line of a policy's
+"""wam_gym/eval/fingerprint.py: every byte counts (one ulp of one norm weight, one line of a policy's
 package), and the cache answers for unchanged files only (counted reads, never timings)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from wam_gym.utils import fingerprint
-from wam_gym.utils.fingerprint import cache_dir, checkpoint_fingerprint, file_sha256, python_fingerprint
+from wam_gym.eval import fingerprint
+from wam_gym.eval.fingerprint import cache_dir, checkpoint_fingerprint, file_sha256, python_fingerprint
 
 SAMPLES, SAMPLE_BYTES = 64, 4096  # the sampled hash this replaced: 64 windows of 4 KiB spread over a file
 
@@ -221,7 +221,7 @@ def test_an_unwritable_cache_costs_time_not_the_answer(ckpt, tmp_path, monkeypat
     blocked.write_text("not a folder")
     monkeypatch.setenv("WAM_GYM_CACHE", str(blocked))
     path = ckpt / "wam_config.json"
-    with caplog.at_level(logging.WARNING, logger="wam_gym.utils.fingerprint"):
+    with caplog.at_level(logging.WARNING, logger="wam_gym.eval.fingerprint"):
         assert file_sha256(path) == file_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
     assert len(reads) == 2 and f"fingerprint cache {blocked}/fingerprints is not writable" in caplog.text
 

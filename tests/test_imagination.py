@@ -125,7 +125,7 @@ def test_the_stride_comes_from_the_training_run_when_it_recorded_one(tmp_path):
 
 def test_the_demo_report_shows_the_imagination_score_beside_the_copy_baseline(tmp_path):
     from wam_gym.demo import Demo, DemoConfig
-    from wam_gym.results import task_slug
+    from wam_gym.eval.results import task_slug
     from wam_gym.utils.video import write_mp4
 
     tasks = ["wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"]

@@ -7,7 +7,7 @@
     wam_gym.utils: the leaf, usable from every layer, importing none of them
 
 Every import statement counts, also the lazy ones inside functions. A string entry point
-(``"wam_gym.world_model_env:WorldModelEnv"`` in a suite table) is not an import.
+(``"wam_gym.world_model.env:WorldModelEnv"`` in a suite table) is not an import.
 """
 
 from __future__ import annotations

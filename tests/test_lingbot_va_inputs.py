@@ -17,7 +17,7 @@ from agents.wam.lingbot_va.inputs import CONVENTIONS, convention, settings
 from tests.test_eval_protocols import SPATIAL, config, manager, recorded
 from wam_gym.eval import protocols
 from wam_gym.eval.protocols import PROTOCOLS
-from wam_gym.results import EpisodeRecord, ResultStore
+from wam_gym.eval.results import EpisodeRecord, ResultStore
 
 LIBERO, ROBOTWIN = "lingbot_va_libero", "lingbot_va_robotwin"
 ROBOTWIN_TASK = "wam_gym/RoboTwin-beat_block_hammer-v0"
@@ -168,8 +168,8 @@ def run_dir(tmp_path, name: str, protocol: str | None):
     """An output dir with protocol.json and one episode of trial 0 (its seed the protocol's), as a finished run leaves it."""
     m = manager(tmp_path, protocol=protocol, tasks=(SPATIAL,), out=name)
     recorded(m)
-    ResultStore(m.output_dir).write(EpisodeRecord(SPATIAL, 0, m.config.EVALUATION.seed, True, steps=10, reward=1.0))
-    return m.output_dir
+    ResultStore(m.plan.output_dir).write(EpisodeRecord(SPATIAL, 0, m.plan.config.EVALUATION.seed, True, steps=10, reward=1.0))
+    return m.plan.output_dir
 
 
 def test_lingbot_va_libero_carries_their_settings():
@@ -207,26 +207,26 @@ def test_lingbot_va_robotwin_is_recorded_and_refused(tmp_path):
     assert p.fixed()["model_inputs_settings"]["sampling"]["attn_window"] == 72
     c = config(tmp_path, protocol=ROBOTWIN, tasks=(ROBOTWIN_TASK,))  # naming it builds a config
     assert c.env_kwargs["task_config"] == "demo_clean" and c.EVALUATION.replan_steps == 32
-    with pytest.raises(ValueError, match=r"^EVALUATION\.protocol=lingbot_va_robotwin records their evaluation and "
+    with pytest.raises(ValueError, match=r"^protocol=lingbot_va_robotwin records their evaluation and "
                                          r"runs no episode yet: .*take_action\(action_type='ee'\).*\(qpos\) only; "
-                                         r"drop EVALUATION\.protocol$"):
+                                         r"leave the protocol out \(protocol=none\)$"):
         manager(tmp_path, protocol=ROBOTWIN, tasks=(ROBOTWIN_TASK,))
 
 
 def test_knobs_and_tasks_against_lingbot_va_libero_are_refused(tmp_path):
     c = config(tmp_path, protocol=LIBERO)
     assert (c.EVALUATION.replan_steps, c.EVALUATION.num_inference_steps, c.env_kwargs["image_size"]) == (16, 50, [128, 128])
-    with pytest.raises(ValueError, match=r"^env_kwargs\.settle_steps=10 conflicts with EVALUATION\.protocol="
+    with pytest.raises(ValueError, match=r"^env_kwargs\.settle_steps=10 conflicts with protocol="
                                          r"lingbot_va_libero, which fixes it to 5"):
         config(tmp_path, protocol=LIBERO, env_kwargs={"settle_steps": 10})
-    with pytest.raises(ValueError, match=r"^EVALUATION\.protocol=lingbot_va_libero evaluates libero tasks"):
+    with pytest.raises(ValueError, match=r"^protocol=lingbot_va_libero evaluates libero tasks"):
         manager(tmp_path, protocol=LIBERO, tasks=(ROBOTWIN_TASK,))
     assert protocols.of_convention(LIBERO) is PROTOCOLS[LIBERO]  # a served checkpoint of it replans by it
 
 
 def test_protocol_json_records_the_model_side_and_compare_refuses_other_protocols(tmp_path):
     record = recorded(manager(tmp_path, protocol=LIBERO, tasks=(SPATIAL,)))["protocol"]
-    assert record["EVALUATION.protocol"] == LIBERO
+    assert record["protocol"] == LIBERO
     assert record["protocol_settings"] == json.loads(json.dumps(PROTOCOLS[LIBERO].fixed()))
     assert record["protocol_settings"]["model_inputs_settings"]["sampling"]["action_shift"] == 0.05
     assert record["tasks"][SPATIAL]["max_episode_steps"] == 796 and record["suites"]["libero"]["settle_steps"] == 5
@@ -234,8 +234,8 @@ def test_protocol_json_records_the_model_side_and_compare_refuses_other_protocol
     from wam_gym.compare import compare
 
     ours = run_dir(tmp_path, "lingbot", LIBERO)
-    with pytest.raises(ValueError, match=r"ran under different protocols.*: EVALUATION\.protocol is in A \(\S+\) "
-                                         r'"lingbot_va_libero", in B \(\S+\) "fastwam_libero"'):
+    with pytest.raises(ValueError, match=r"ran under different protocols.*: EVALUATION\.seed is in A \(\S+\) 0, in B "
+                                         r"\(\S+\) 42 \(and 6 more: env_kwargs, protocol, "):
         compare(ours, run_dir(tmp_path, "fastwam", "fastwam_libero"))
     with pytest.raises(ValueError, match=r"ran under different protocols, so their episodes are not the same episodes"):
         compare(ours, run_dir(tmp_path, "none", None))  # wam_gym's own: differs from the env kwargs on

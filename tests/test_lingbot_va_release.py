@@ -19,7 +19,7 @@ from agents.wam.lingbot_va.folder import ReleaseFacts, is_release
 from agents.wam.lingbot_va.inputs import convention
 from agents.wam.lingbot_va.release import load_release, save_release
 from tests.conftest import load_script
-from wam_gym.eval import preflight
+from wam_gym.eval import preflight, protocols
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,7 @@ def release(tmp_path_factory):
 
 
 def _evaluation(**knobs):
-    return SimpleNamespace(**{"protocol": "lingbot_va_libero", "dataset_stats_path": None, "video_mode": None,
-                              "action_horizon": None, **knobs})
+    return SimpleNamespace(**{"dataset_stats_path": None, "video_mode": None, "action_horizon": None, **knobs})
 
 
 def test_a_release_is_told_apart_from_our_checkpoints(release, tiny_ckpt, tmp_path):
@@ -38,21 +37,22 @@ def test_a_release_is_told_apart_from_our_checkpoints(release, tiny_ckpt, tmp_pa
 
 
 def test_preflight_takes_its_settings_from_the_protocol(release):
-    root, facts, stats = preflight.wam_checkpoint(str(release), _evaluation())
+    root, facts, stats = preflight.wam_checkpoint(str(release), _evaluation(), protocols.named("lingbot_va_libero"))
     assert (root, stats) == (release.resolve(), None)
     assert facts == ReleaseFacts(("agentview", "robot0_eye_in_hand"), (128, 128), 16, 7)
 
 
-@pytest.mark.parametrize("knobs, message", [
-    ({"protocol": None}, r"is a LingBot-VA release folder, which carries no evaluation settings: name the protocol "
-                         r"it is evaluated under, EVALUATION\.protocol=lingbot_va_libero"),
-    ({"protocol": "fastwam_libero"}, r"EVALUATION\.protocol=lingbot_va_libero"),
-    ({"dataset_stats_path": "stats.json"}, r"un-normalised by its convention's statistics \(lingbot_va_libero\); drop"),
-    ({"action_horizon": 32}, r"EVALUATION\.action_horizon=32: the checkpoint predicts 1\.\.16 actions"),
+@pytest.mark.parametrize("protocol, knobs, message", [
+    (None, {}, r"is a LingBot-VA release folder, which carries no evaluation settings: name the protocol "
+               r"it is evaluated under, protocol=lingbot_va_libero"),
+    ("fastwam_libero", {}, r"protocol=lingbot_va_libero"),
+    ("lingbot_va_libero", {"dataset_stats_path": "stats.json"},
+     r"un-normalised by its convention's statistics \(lingbot_va_libero\); drop"),
+    ("lingbot_va_libero", {"action_horizon": 32}, r"EVALUATION\.action_horizon=32: the checkpoint predicts 1\.\.16 actions"),
 ])
-def test_preflight_refuses_what_a_release_cannot_honour(release, knobs, message):
+def test_preflight_refuses_what_a_release_cannot_honour(release, protocol, knobs, message):
     with pytest.raises(ValueError, match=message):
-        preflight.wam_checkpoint(str(release), _evaluation(**knobs))
+        preflight.wam_checkpoint(str(release), _evaluation(**knobs), protocols.named(protocol))
 
 
 def test_a_release_loads_whole_and_writes_back_in_their_layout(release, tmp_path):
@@ -70,8 +70,8 @@ def test_a_release_loads_whole_and_writes_back_in_their_layout(release, tmp_path
 
 @pytest.mark.parametrize("overrides, message", [
     ([], r"is a LingBot-VA release folder, which carries no evaluation settings: name the protocol it is evaluated "
-         r"under, EVALUATION\.protocol=lingbot_va_libero"),
-    (["EVALUATION.protocol=lingbot_va_libero", "EVALUATION.replan_steps=4"],
+         r"under, protocol=lingbot_va_libero"),
+    (["protocol=lingbot_va_libero", "EVALUATION.replan_steps=4"],
      r"^EVALUATION\.replan_steps=4 departs from lingbot_va_libero's 16, by which a LingBot-VA is served "
      r"\(its convention fixes its sampling; its chunks run whole\): drop it$"),
 ])

@@ -4,7 +4,7 @@ release folder, and the result reloaded in both layouts.
 On this CPU the tiny release of scripts/tiny_lingbot_va_release.py stands in for theirs (``model=
 lingbot_va_libero_tiny``: the same code at 2 layers, under the lingbot_va_libero convention), and a small dataset in
 our LeRobot layout with LIBERO's cameras and 7-d actions stands in for collected LIBERO demos. The run's checkpoint
-(a) is taken by wam_gym's evaluation (preflight under EVALUATION.protocol=lingbot_va_libero, the model worker's
+(a) is taken by wam_gym's evaluation (preflight under protocol=lingbot_va_libero, the model worker's
 policy) and (b) exported to their release layout (adapters merged) loads through load_release; both act exactly as
 the model the run ended with, in memory (fp32, seeded; within 1e-5).
 """
@@ -149,12 +149,12 @@ def test_both_layouts_reload_and_act_as_the_trained_model(run, tmp_path):
     assert in_memory.shape == (12 + 16, 7)
 
     # (a) wam_gym's evaluation takes the checkpoint under the protocol of its convention
-    evaluation = SimpleNamespace(agent="wam", protocol="lingbot_va_libero", dataset_stats_path=None, video_mode=None,
-                                 action_horizon=None)
-    protocols.check_checkpoint_inputs(protocols.named("lingbot_va_libero"), str(run.final))
-    root, facts, stats = preflight.wam_checkpoint(str(run.final), evaluation)
+    evaluation = SimpleNamespace(agent="wam", dataset_stats_path=None, video_mode=None, action_horizon=None)
+    protocol = protocols.named("lingbot_va_libero")
+    protocols.check_checkpoint_inputs(protocol, str(run.final))
+    root, facts, stats = preflight.wam_checkpoint(str(run.final), evaluation, protocol)
     assert stats is None and (facts.cameras, facts.image_size, facts.action_horizon) == (CAMERAS, (128, 128), 16)
-    served = policy_factory(evaluation, 0, root, stats)("cpu")
+    served = policy_factory(evaluation, 0, root, stats, protocol.model_inputs)("cpu")
     np.testing.assert_allclose(_episode(served), in_memory, **TOL)
 
     # (b) their layout: the adapters merged into the weights, read back by load_release
@@ -165,15 +165,14 @@ def test_both_layouts_reload_and_act_as_the_trained_model(run, tmp_path):
 
 @pytest.mark.parametrize("protocol, message", [
     (None, r"trained under the input convention lingbot_va_libero, whose benchmark side is its protocol's: evaluate "
-           r"it with EVALUATION\.protocol=lingbot_va_libero$"),
+           r"it with protocol=lingbot_va_libero$"),
     ("lingbot_va_robotwin", r"feeds the model by lingbot_va_robotwin, and ckpt=\S+ was trained under "
                             r"lingbot_va_libero: evaluate it under the protocol of its convention$"),
 ])
 def test_evaluation_refuses_it_without_its_protocol(run, protocol, message):
-    evaluation = SimpleNamespace(agent="wam", protocol=protocol, dataset_stats_path=None, video_mode=None,
-                                 action_horizon=None)
+    evaluation = SimpleNamespace(agent="wam", dataset_stats_path=None, video_mode=None, action_horizon=None)
     with pytest.raises(ValueError, match=message):
-        preflight.wam_checkpoint(str(run.final), evaluation)
+        preflight.wam_checkpoint(str(run.final), evaluation, protocols.named(protocol))
 
 
 def _composed(*overrides: str):

@@ -12,7 +12,7 @@ import envs  # noqa: E402
 from agents import MetaWorldExpertAgent, RandomAgent  # noqa: E402
 from envs.metaworld import INSTRUCTIONS, SUITE, TASKS  # noqa: E402
 from envs.rendering import geoms_of_bodies  # noqa: E402
-from wam_gym.rollout import run_episodes  # noqa: E402
+from wam_gym.eval.rollout import run_episodes  # noqa: E402
 
 PICK_PLACE = "wam_gym/MetaWorld-pick-place-v3"
 

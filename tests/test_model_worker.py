@@ -12,9 +12,9 @@ import pytest
 
 from bench.soak import EchoFactory, EchoPolicy
 from envs.protocol import INSTRUCTION, PIXELS, STATE
-from wam_gym.batching import Request
-from wam_gym.model_worker import BatchFeed, ModelServer, send
-from wam_gym.shared_obs import ObservationSlot
+from wam_gym.broker.batching import Request
+from wam_gym.broker.model_worker import BatchFeed, ModelServer, send
+from wam_gym.broker.shared_obs import ObservationSlot
 
 MODEL_S = 0.05  # EchoPolicy's call
 

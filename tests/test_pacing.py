@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.standin import Workload, best_schedule, simulate
-from wam_gym.batching import Batcher, Pacer, Request, schedule
+from wam_gym.broker.batching import Batcher, Pacer, Request, schedule
 
 
 def test_bound_is_the_crossing_of_actor_and_worker_limits():
@@ -37,7 +37,7 @@ def test_one_worker_bound_is_what_the_best_schedule_reaches():
 @pytest.mark.parametrize("actors", [4, 8, 16, 32])
 def test_no_schedule_beats_the_one_worker_bound(actors):
     """The rule with zero overhead and exact think times, and the best fixed schedule (the fastest of
-    every k groups, wam_gym.batching.schedule), stay under it."""
+    every k groups, wam_gym.broker.batching.schedule), stay under it."""
     load = Workload(actors, 1, 16)
     edge = 16 * 8 / (30 - 5)  # the simulation counts steps when batches end: one batch more or less in its window
     assert simulate(load, wait_ms=5, jitter=0.0, seconds=30)[0] <= load.bound() + edge

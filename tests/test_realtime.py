@@ -91,3 +91,62 @@ def test_realtime_eval_records_its_timing_and_is_never_compared_with_a_synchrono
     # 100 ms at Meta-World's 80 Hz is 8 steps: calls at steps 0, 4 and 12 (one in flight at a time), not every 4
     assert [r["model_calls"] for r in records(late).values()] == [3, 3]
     assert [r["model_calls"] for r in records(sync).values()] == [4, 4]
+
+
+# ----------------------------------------------------------------- strategies (issue 55)
+class EchoPrefix(CountingPredictor):
+    """CountingPredictor that records each call's RTC entries and, as an RTC model must, returns the committed
+    actions first."""
+
+    def __init__(self):
+        super().__init__()
+        self.requests: list = []
+
+    def predict(self, obs, noise_seeds=None):
+        from agents import rtc
+
+        prediction = super().predict(obs, noise_seeds)
+        request = rtc.Request.of(obs, 1, HORIZON, 4)
+        self.requests.append(None if request is None else (int(request.delay[0]), int(request.overlap[0]),
+                                                           [tuple(int(v) for v in a[:2]) for a in request.prefix[0]]))
+        return type(prediction)(rtc.commit(prediction.actions, request))
+
+
+def test_naive_calls_early_enough_not_to_hold_where_hold_holds():
+    # 400 ms at 10 Hz: 4 steps, replan 4, horizon 6: hold's calls every 4 steps, its chunks run out at 6 and hold;
+    # naive calls every min(4, 6 - 4) = 2... but never while one is in flight: every 4 too. With 300 ms (3 steps):
+    hold = RealtimeChunkAgent(CountingPredictor(), Latency(300), replan_steps=5, strategy="hold")
+    naive = RealtimeChunkAgent(CountingPredictor(), Latency(300), replan_steps=5, strategy="naive")
+    assert schedule(hold, 10) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (0, 5), (0, 5), (1, 3), (1, 4)]
+    assert schedule(naive, 10) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 3), (1, 4), (1, 5), (2, 3)]
+    assert hold.held_steps == 2 and naive.held_steps == 0  # naive calls at 0, 3, 6: each arrives before a chunk ends
+
+
+def test_ensemble_averages_every_arrived_chunks_action_for_the_step_oldest_weighted_most():
+    agent = RealtimeChunkAgent(CountingPredictor(), Latency(100), replan_steps=2, strategy="ensemble")
+    out = [agent.act(OBS) for _ in range(5)] if not setattr(agent, "control_hz", 10.0) else None
+    w = np.exp(-0.01 * np.arange(3))
+    # step 3: chunk 0 (action 3), chunk 1 (asked at 2: action 1); step 4: chunks 0, 1, 2 (actions 4, 2, 0)
+    expected3 = np.dot(w[:2] / w[:2].sum(), [[0, 3], [1, 1]])
+    expected4 = np.dot(w / w.sum(), [[0, 4], [1, 2], [2, 0]])
+    np.testing.assert_allclose([a[:2] for a in out], [[0, 0], [0, 1], [0, 2], expected3, expected4], rtol=1e-6)
+
+
+def test_rtc_calls_carry_the_committed_actions_and_the_new_chunk_continues_them():
+    predictor = EchoPrefix()
+    agent = RealtimeChunkAgent(predictor, Latency(200), replan_steps=3, strategy="rtc")
+    # calls at 0 (plain, awaited), 3 (d = 2: commits chunk 0's actions 3, 4; overlap its rest 3..5), 6
+    assert schedule(agent, 9) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 4), (1, 3), (1, 4), (1, 5)]
+    assert predictor.requests[0] is None
+    delay, overlap, prefix = predictor.requests[1]
+    assert (delay, overlap, prefix[:overlap]) == (2, 3, [(0, 3), (0, 4), (0, 5)])
+    # step 5 executes the new chunk's action 2 (d = 2: its first two are the committed (0, 3), (0, 4)): chunk 1 asked
+    # at 3 arrives at 5; its action 2 is chunk 0's action... no: actions 0, 1 were overwritten, action 2 is its own
+    assert predictor.requests[2][:2] == (2, 3)
+
+
+def test_rtc_is_refused_where_no_sampler_can_continue_a_prefix():
+    with pytest.raises(ValueError, match="realtime_strategy=rtc .* agent=wam, or realtime_strategy=hold"):
+        make_agent("remote", predictor=CountingPredictor(), latency=Latency(0), realtime_strategy="rtc")
+    with pytest.raises(ValueError, match="realtime_strategy='smooth': choose one of hold, naive, ensemble, rtc"):
+        RealtimeChunkAgent(CountingPredictor(), Latency(0), strategy="smooth")

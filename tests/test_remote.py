@@ -27,7 +27,7 @@ from agents.predictor import noise_seed
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
 from wam_gym.eval.manager import EvalError, EvalManager
 from wam_gym.remote import PolicyServerError, PolicyServerLost, RemotePolicy, RemoteSettings
-from wam_gym.wire import pack_openpi, unpack
+from wam_gym.remote.wire import pack_openpi, unpack
 
 STATE_DIM, ACTION_DIM = 5, 4
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,7 +187,7 @@ def test_python_policy_runs_through_the_broker(tmp_path, importable_tests):
     for r in done.values():  # the cost columns: the workers' time for each request, the policy's denoising steps
         assert r["model_calls"] == -(-STEPS // 4) == r["denoise_steps"] and r["model_s"] > 0
     saved = json.loads((out / "results.json").read_text())
-    from wam_gym.utils.fingerprint import python_fingerprint
+    from wam_gym.eval.fingerprint import python_fingerprint
 
     policy = "tests.example_policy:make_policy"  # and the content of its code (tests/)
     assert saved["protocol"]["agent"]["EVALUATION.policy"] == {"spec": policy, "fingerprint": python_fingerprint(policy)}
@@ -354,7 +354,8 @@ def test_results_never_keep_the_api_key(tmp_path):
     config = eval_config(tmp_path / "out", "remote", remote_url="ws://h:1", remote_api_key="s3cret")
     composed = {"EVALUATION": {"agent": "remote", "remote_api_key": "s3cret"}}
     manager = EvalManager(config, composed)
-    assert manager.composed["EVALUATION"]["remote_api_key"] == "<redacted>" and "s3cret" not in str(manager.protocol.record)
+    plan = manager.plan
+    assert plan.composed["EVALUATION"]["remote_api_key"] == "<redacted>" and "s3cret" not in str(plan.protocol.record)
     assert composed["EVALUATION"]["remote_api_key"] == "s3cret"  # the caller's dict is left alone
 
 

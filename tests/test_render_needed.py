@@ -15,7 +15,7 @@ import envs  # noqa: E402
 from agents.chunk_queue import ChunkQueueAgent  # noqa: E402
 from envs.protocol import PIXELS, PIXELS_RENDERED  # noqa: E402
 from tests.render_check import PixelPredictor, assert_render_needed_is_identical  # noqa: E402
-from wam_gym.rollout import run_episodes  # noqa: E402
+from wam_gym.eval.rollout import run_episodes  # noqa: E402
 
 REACH = "wam_gym/MetaWorld-reach-v3"
 

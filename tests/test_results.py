@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from wam_gym.results import (
+from wam_gym.eval.results import (
     IMAGINATION_SCORES,
     EpisodeRecord,
     ResultStore,
@@ -80,7 +80,7 @@ def test_a_record_of_the_wrong_types_is_named_and_never_counted(tmp_path, caplog
         store.write(_rec(trial=trial, success=False))
     bad = store.episode_path(REACH, 1)
     bad.write_text(json.dumps(json.loads(bad.read_text()) | {"success": "false"}))
-    with caplog.at_level(logging.WARNING, logger="wam_gym.results"):
+    with caplog.at_level(logging.WARNING, logger="wam_gym.eval.results"):
         summary = summarize(store.records(), [(REACH, t) for t in range(4)])
     assert f"corrupt episode record {bad} (field 'success' is \"false\" (str), not bool)" in caplog.text
     assert (summary["overall"]["episodes"], summary["overall"]["successes"]) == (3, 0) and not summary["complete"]
@@ -128,7 +128,7 @@ def test_corrupt_file_moved_aside_and_rewritten(tmp_path, caplog):
     store.write(_rec(trial=0))
     torn = store.episode_path(REACH, 1)
     torn.write_text('{"task": "wam_gym/MetaWorld-re')
-    with caplog.at_level(logging.WARNING, logger="wam_gym.results"):
+    with caplog.at_level(logging.WARNING, logger="wam_gym.eval.results"):
         assert store.done() == {(REACH, 0)}
     assert "corrupt" in caplog.text and str(torn) in caplog.text
     assert not torn.exists()
@@ -158,7 +158,7 @@ def test_record_under_another_episodes_name_is_set_aside(tmp_path, caplog):
     other_task = store.episode_path(SPATIAL3, 0)
     other_task.parent.mkdir(parents=True)
     other_task.write_bytes(store.episode_path(REACH, 0).read_bytes())  # right trial, another task's folder
-    with caplog.at_level(logging.WARNING, logger="wam_gym.results"):
+    with caplog.at_level(logging.WARNING, logger="wam_gym.eval.results"):
         assert store.done() == {(REACH, 0)}
     assert f"{misplaced} holds the record of {REACH} trial 0, whose file is {store.episode_path(REACH, 0)}" in caplog.text
     assert sorted(store.set_aside) == sorted([f"{misplaced}.mismatched", f"{other_task}.mismatched"])
@@ -171,9 +171,9 @@ def test_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch)
     import errno
     import os
 
-    import wam_gym.results
+    import wam_gym.eval.results
     import wam_gym.utils.publish
-    from wam_gym.results import OutOfSpaceError
+    from wam_gym.eval.results import OutOfSpaceError
 
     store = ResultStore(tmp_path)
     store.write(_rec(trial=0))
@@ -191,7 +191,7 @@ def test_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch)
                         r"then run again to resume", str(info.value))
     assert store.done() == {(REACH, 0)} and _no_temp_files(tmp_path)
     with pytest.raises(OutOfSpaceError, match="writing .*results.json"):
-        monkeypatch.setattr(wam_gym.results, "atomic_write_text", lambda path, text: full(0))
+        monkeypatch.setattr(wam_gym.eval.results, "atomic_write_text", lambda path, text: full(0))
         write_summary(tmp_path, summarize(store.records(), [(REACH, 0)]))
 
 

@@ -121,8 +121,8 @@ def test_the_unpickling_scan_catches_every_form():
 
 
 # The broker's own messages between its own processes (anonymous pipes and queues, the bytes that
-# multiprocess would unpickle anyway): one pickle.loads, in wam_gym.model_worker.decode.
-INTERNAL_IPC = "wam_gym/model_worker.py"
+# multiprocess would unpickle anyway): one pickle.loads, in wam_gym.broker.model_worker.decode.
+INTERNAL_IPC = "wam_gym/broker/model_worker.py"
 
 
 def test_the_source_never_unpickles_what_it_reads():
@@ -410,7 +410,7 @@ def test_every_listener_in_the_source_binds_loopback():
     assert {f: [h for h, ok in hits if not ok] for f, hits in found.items()} == {f: [] for f in found}
     # What the scan sees today: the one-process world (its file store, DeepSpeed joining it) and the two ray.init calls.
     assert sorted((f, len(h)) for f, h in found.items()) == [("training/engine/deepspeed_engine.py", 2),
-                                                             ("wam_gym/ray_backend.py", 2)]
+                                                             ("wam_gym/broker/ray_pool.py", 2)]
 
 
 # ----------------------------------------------------------------- (c) listeners the libraries really open

@@ -29,8 +29,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from agents.predictor import noise_seed
+from wam_gym.remote.wire import pack_openpi, unpack
 from wam_gym.serve.launch import launched, stop
-from wam_gym.wire import pack_openpi, unpack
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -213,9 +213,9 @@ def test_the_greeting_tells_vla_evals_libero_benchmark_what_the_model_needs(envi
     from vla_eval.protocol.messages import Message, MessageType, pack_message, unpack_message
     from vla_eval.specs import DimSpec, check_specs
 
-    from wam_gym.keymap import ObservationError, key_map, to_contract
+    from wam_gym.remote.keymap import ObservationError, key_map, to_contract
+    from wam_gym.remote.wire import VLA_EVAL, as_message, greeting
     from wam_gym.serve.hello import ServedModel, hello_fields, runner_hints
-    from wam_gym.wire import VLA_EVAL, as_message, greeting
 
     cameras = ("agentview", "robot0_eye_in_hand")  # wam_gym/LIBERO-*'s, with its 8-d state and 7-d actions
     hello = unpack_message(greeting({"server_version": "test"}, hello_fields(ServedModel(cameras, 8, 7))))
@@ -434,7 +434,7 @@ def evaluate(out: Path, tiny_ckpt, **evaluation) -> list:
     """Two short Meta-World reach episodes (seeds 3, 4) of ``evaluation``'s agent: their records."""
     from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
     from wam_gym.eval.manager import EvalManager
-    from wam_gym.results import ResultStore
+    from wam_gym.eval.results import ResultStore
 
     cfg = EvalConfig(
         ckpt=str(tiny_ckpt) if evaluation["agent"] == "wam" else None,

@@ -64,7 +64,7 @@ def expected(release, episodes) -> np.ndarray:
 @pytest.fixture(scope="module")
 def server(release, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with launched([f"ckpt={release}", "EVALUATION.protocol=lingbot_va_libero"], cwd=ROOT, log=log,
+    with launched([f"ckpt={release}", "protocol=lingbot_va_libero"], cwd=ROOT, log=log,
                   env={**os.environ, "PYTHONPATH": str(ROOT)}) as served:
         yield served.port, log
 

@@ -21,8 +21,8 @@ from websockets.sync.client import connect
 
 from envs.orientation import ORIENTATIONS, UPRIGHT, reorient, to_upright
 from tests.test_serve import serving, stats
+from wam_gym.remote.wire import pack_openpi, unpack
 from wam_gym.serve.frames import ClientFrames, vla_eval_suite
-from wam_gym.wire import pack_openpi, unpack
 
 SIZE = 16
 TOP_LEFT = [0.0, 0.0, 0.0, 0.0]  # MarkerPolicy: (row / H, col / W) of each camera's marker

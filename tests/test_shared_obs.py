@@ -13,9 +13,9 @@ import pytest
 from bench.soak import EchoFactory
 from envs.protocol import stack_rows
 from tests.test_broker import wait_for
-from wam_gym.batching import Request, shape_key
 from wam_gym.broker import BrokerConfig, InferenceBroker
-from wam_gym.shared_obs import MIN_SHARED_BYTES, AttachedSegments, ObservationSlot, SharedArray
+from wam_gym.broker.batching import Request, shape_key
+from wam_gym.broker.shared_obs import MIN_SHARED_BYTES, AttachedSegments, ObservationSlot, SharedArray
 
 SHM = Path("/dev/shm")
 

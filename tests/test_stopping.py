@@ -17,7 +17,7 @@ pytest.importorskip("metaworld")
 
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig  # noqa: E402
 from wam_gym.eval.manager import EvalManager  # noqa: E402
-from wam_gym.results import EpisodeRecord, ResultStore  # noqa: E402
+from wam_gym.eval.results import EpisodeRecord, ResultStore  # noqa: E402
 from wam_gym.utils.stats import confidence_sequence  # noqa: E402
 
 REACH, PUSH = "wam_gym/MetaWorld-reach-v3", "wam_gym/MetaWorld-push-v3"

@@ -28,7 +28,8 @@ from gymnasium import spaces
 from envs.conformance import ContractError, check_contract
 from envs.errors import SuiteHeaderError
 from envs.header import check_header
-from envs.registry import BUILTIN_SUITES, Suite
+from envs.registry import BUILTIN_SUITES
+from envs.suite import Suite
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tinybench"

@@ -14,9 +14,9 @@ import torch
 import envs
 from envs.protocol import IS_SUCCESS, PIXELS, PRIVILEGED_STATE
 from tests.test_world_model import SIZE, ckpt, data  # noqa: F401 - fixtures
-from training.success_detector import DetectorConfig, SuccessDetector, collect, train
-from wam_gym.world_model_env import WorldModelEnv
-from wam_gym.world_model_eval import PolicySpec, agreement, main, pairwise_agreement
+from wam_gym.world_model.env import WorldModelEnv
+from wam_gym.world_model.evaluate import PolicySpec, agreement, main, pairwise_agreement
+from wam_gym.world_model.success_detector import DetectorConfig, SuccessDetector, collect, train
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("metaworld") is None, reason="needs wam_gym[metaworld]")
 REACH = "wam_gym/MetaWorld-reach-v3"
@@ -43,7 +43,7 @@ def test_the_detector_learns_from_the_simulators_labels_and_reloads(tmp_path):
     assert 0 <= metrics["held_out_balanced_accuracy"] <= 1 and metrics["held_out_frames"] > 0
     loaded = SuccessDetector.load(detector.save(tmp_path / "detector", metrics))
     np.testing.assert_allclose(loaded.probability(frames.pixels[:8]), detector.probability(frames.pixels[:8]))
-    with pytest.raises(FileNotFoundError, match="python -m wam_gym.world_model_eval --detector DIR"):
+    with pytest.raises(FileNotFoundError, match="python -m wam_gym.world_model --detector DIR"):
         SuccessDetector.load(tmp_path)
 
 
@@ -100,8 +100,8 @@ def test_the_command_writes_the_figure(ckpt, tmp_path, capsys):  # noqa: F811
 
 
 def test_a_detector_is_trained_on_the_frames_the_world_model_imagines_for_replayed_episodes(ckpt, tmp_path):  # noqa: F811
-    from training.success_detector import SuccessDetector
-    from wam_gym.world_model_eval import imagine, train_detector
+    from wam_gym.world_model.evaluate import imagine, train_detector
+    from wam_gym.world_model.success_detector import SuccessDetector
 
     config = DetectorConfig(tasks=[REACH], image_size=[SIZE, SIZE], episodes=1, noise=[0.0], max_steps=40)
     _, replays = collect(config)
@@ -121,9 +121,9 @@ def test_a_detector_is_trained_on_the_frames_the_world_model_imagines_for_replay
 def test_the_imagination_bound_scores_the_vae_round_trip_of_the_true_future_against_copying(ckpt):  # noqa: F811
     import runpy
 
-    from training.success_detector import as_the_world_model_draws
     from wam_gym.utils.metrics import per_frame_ssim
-    from wam_gym.world_model_env import model_config
+    from wam_gym.world_model.env import model_config
+    from wam_gym.world_model.success_detector import as_the_world_model_draws
 
     script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "imagination_bound.py"))
     cameras = tuple(model_config(ckpt).cameras)
@@ -140,7 +140,7 @@ def test_the_imagination_bound_scores_the_vae_round_trip_of_the_true_future_agai
 
 def test_the_scatters_error_bars_are_each_rates_wilson_interval_over_all_its_episodes():
     from wam_gym.utils.stats import wilson
-    from wam_gym.world_model_eval import _wilson_bars, rates
+    from wam_gym.world_model.evaluate import _wilson_bars, rates
 
     outcomes = {"a": {"simulator": {"t1": [True, True], "t2": [True, False]}},
                 "b": {"simulator": {"t1": [False, False], "t2": [False, True]}}}

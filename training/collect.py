@@ -20,7 +20,7 @@ Two kinds of noise, for two uses:
 - ``--agent expert+noise=SIGMA`` is a noisier behaviour: the noise is part of its actions and
   recorded with them. A world model learns what actions lead to, failures included, from a
   dataset of several such behaviours (``--agent expert --agent expert+noise=3 --agent random``).
-  It draws the noise ``wam_gym.world_model_eval``'s ``--policy expert+noise=SIGMA`` draws.
+  It draws the noise ``wam_gym.world_model.evaluate``'s ``--policy expert+noise=SIGMA`` draws.
 """
 
 from __future__ import annotations

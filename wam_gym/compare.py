@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from wam_gym.eval.results import ResultStore
 from wam_gym.eval.run_protocol import (
     MIXED,
     check_comparable,
@@ -35,7 +36,6 @@ from wam_gym.eval.run_protocol import (
     load,
     protocol_hash,
 )
-from wam_gym.results import ResultStore
 from wam_gym.utils.stats import PairedTable, mcnemar_exact, mean_difference_interval, paired_difference_interval
 
 Key = tuple[str, int]

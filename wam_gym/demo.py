@@ -15,7 +15,7 @@ without the simulator (docs/world-model.md), under ``<output>/world_model/``:
     7. wm_collect   the demo tasks under several behaviours, failures included   python -m training.collect --agent ...
     8. wm_cache     their latents, with the demo's VAE                              python scripts/video_cache.py
     9. wm_train     a world model: actions given clean, video and state learnt      python -m training world_model_prob=1
-   10. wm_eval      seven policies in the simulator and in the world model          python -m wam_gym.world_model_eval
+   10. wm_eval      seven policies in the simulator and in the world model          python -m wam_gym.world_model
 
 Each stage is the real command a user would type (printed, logged to <output>/logs/); a
 stage whose outputs exist is skipped (an evaluation only when its results.json says complete),
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wam_gym.eval.preflight import CONFIG_FILE
+from wam_gym.eval.run_files import read_results
 from wam_gym.eval.tasks import TASK_SETS
-from wam_gym.run_files import read_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,7 +142,7 @@ class Demo:
     def _world_model_eval_command(self) -> list[str]:
         """world_model_eval on the demo's tasks, step limit and sampler, with the demo's WAM as ``{wam}``."""
         c, wm = self.config, self.out / "world_model"
-        command = [sys.executable, "-m", "wam_gym.world_model_eval", "--world-model", str(wm / "train" / "checkpoint"),
+        command = [sys.executable, "-m", "wam_gym.world_model.evaluate", "--world-model", str(wm / "train" / "checkpoint"),
                    "--detector", str(wm / "detector"), "--output", str(wm / "eval"), "--trials", str(c.world_model.trials),
                    "--steps", str(c.max_episode_steps), "--detector-episodes", str(c.world_model.detector_episodes),
                    "--inference-steps", str(c.inference_steps), "--shift", str(c.shift),

@@ -12,8 +12,8 @@ import imageio.v3 as iio
 import numpy as np
 
 from wam_gym.eval.preflight import CONFIG_FILE
-from wam_gym.results import task_slug
-from wam_gym.run_files import read_results
+from wam_gym.eval.results import task_slug
+from wam_gym.eval.run_files import read_results
 from wam_gym.utils.publish import atomic_path
 from wam_gym.utils.video import imagination_strip, read_mp4
 

@@ -21,7 +21,6 @@ from typing import Any
 from agents.wam.compile import CompileConfig
 from agents.wam.inference_config import KNOBS, InferenceConfig, SamplerConfig
 from wam_gym.broker import BROKER_RANGES, BrokerConfig
-from wam_gym.eval import protocols
 from wam_gym.utils.ranges import Range, check_ranges
 
 
@@ -36,10 +35,6 @@ class ModelCallConfig:
     allow_image_resize: bool = False  # let env_kwargs.image_size differ from the checkpoint's (frames get resized)
     action_horizon: int | None = None  # actions used of each predicted chunk; null: the model's
     replan_steps: int | None = None  # actions executed before the next model call; null: action_horizon
-    # a named evaluation protocol (wam_gym/eval/protocols.py: fastwam_libero): evaluation fixes the env kwargs, step
-    # limits, replan_steps, action_horizon, num_inference_steps and seed as another project evaluates; a server serves
-    # by its chunk rules; a LingBot-VA release needs one (its input convention); null: ours (openpi's)
-    protocol: str | None = None
     # the sampler (InferenceConfig, see inference())
     num_inference_steps: int = SamplerConfig.num_inference_steps  # denoising steps: model calls per chunk
     sampler: str | None = SamplerConfig.name  # flow_euler | unipc | dpmpp | ddim; null: the model's (MoT unipc, FastWAM Euler)
@@ -64,7 +59,6 @@ class ModelCallConfig:
         except ValueError as exc:
             raise ValueError(f"EVALUATION: {exc}") from None
         check_ranges(self, "EVALUATION", MODEL_CALL_RANGES)  # each would hang, crash an actor, or mean another thing
-        protocols.named(self.protocol)  # a known name (what it fixes: protocols.apply for eval, the server's build)
 
     def inference(self) -> InferenceConfig:
         """The sampler and compile knobs, nested as the policy takes them."""

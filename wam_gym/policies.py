@@ -13,8 +13,7 @@ from pathlib import Path
 
 from agents.policy import build_policy
 from agents.wam.lingbot_va.folder import is_lingbot_va
-from wam_gym.eval.protocols import named
-from wam_gym.model_worker import PolicyFactory
+from wam_gym.broker.model_worker import PolicyFactory
 
 SERVED_AGENTS = ("wam", "python")  # the agents whose model calls go through the broker
 
@@ -41,14 +40,16 @@ def release_policy(folder: str, inputs: str, device: str):
     return LingBotVAPolicy.load(folder, inputs, device=device, dtype=dtype)
 
 
-def policy_factory(evaluation, prompt_cache_size: int, ckpt: Path | None, stats: Path | None) -> PolicyFactory:
-    """The factory model workers call with their device, for ``evaluation.agent`` (wam or python)."""
+def policy_factory(evaluation, prompt_cache_size: int, ckpt: Path | None, stats: Path | None,
+                   model_inputs: str | None = None) -> PolicyFactory:
+    """The factory model workers call with their device, for ``evaluation.agent`` (wam or python); ``model_inputs``:
+    the protocol's input convention, by which a LingBot-VA is fed."""
     if evaluation.agent == "python":
         return functools.partial(build_policy, evaluation.policy)
     if evaluation.agent != "wam":
         raise ValueError(f"EVALUATION.agent={evaluation.agent!r} is not served by model workers; use one of {SERVED_AGENTS}")
     if ckpt is not None and is_lingbot_va(ckpt):  # its settings are the protocol's input convention (checked to be its own)
-        return functools.partial(release_policy, str(ckpt), named(evaluation.protocol).model_inputs)
+        return functools.partial(release_policy, str(ckpt), model_inputs)
     overrides = {"video_mode": evaluation.video_mode} if evaluation.video_mode else {}
     return functools.partial(
         checkpoint_policy, str(ckpt), evaluation.inference(), str(stats), prompt_cache_size, overrides

@@ -31,7 +31,7 @@ works too once its assets are on disk (it has no LIBERO-Pro sets). LIBERO reads 
 
 from __future__ import annotations
 
-from envs.registry import Suite, env_id
+from envs.suite import Suite, env_id
 
 _BASE_SUITES = {  # id name -> (LIBERO benchmark name, task count, max policy steps as openpi / LeRobot use)
     "Spatial": ("libero_spatial", 10, 220),

@@ -18,7 +18,7 @@ SAPIEN 3; see :data:`VULKAN_FIX`.
 
 from __future__ import annotations
 
-from envs.registry import Suite, env_id
+from envs.suite import Suite, env_id
 
 # instruction, max_episode_steps (ManiSkill's registered TimeLimit)
 TASKS: dict[str, tuple[str, int]] = {

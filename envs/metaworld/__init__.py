@@ -8,7 +8,7 @@ Each ``reset(seed=s)`` draws the object and goal positions from ``s``, so a seed
 episode exactly; there are no init states, and LIBERO's ``options={"init_state_id": k}`` is refused.
 """
 
-from envs.registry import Suite, env_id
+from envs.suite import Suite, env_id
 
 INSTRUCTIONS = {
     "assembly": "pick up the nut and place it onto the peg",

@@ -17,7 +17,7 @@ are a manual step: see :data:`INSTALL_STEPS`.
 
 from __future__ import annotations
 
-from envs.registry import Suite, env_id
+from envs.suite import Suite, env_id
 
 # RoboCasa's atomic tasks (robocasa/environments/kitchen/single_stage) and their eval horizons
 HORIZONS: dict[str, int] = {

@@ -15,7 +15,7 @@ changes each reset), Wipe (its wiping gripper has no gripper action) and the two
 
 from __future__ import annotations
 
-from envs.registry import Suite, env_id
+from envs.suite import Suite, env_id
 
 INSTRUCTIONS = {
     "Lift": "lift the red cube",

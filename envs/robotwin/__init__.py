@@ -20,7 +20,7 @@ see :data:`INSTALL_STEPS`. Point ``ROBOTWIN_ROOT`` at the checkout. It is built 
 
 from __future__ import annotations
 
-from envs.registry import Suite, env_id
+from envs.suite import Suite, env_id
 
 TASKS = (
     "adjust_bottle", "beat_block_hammer", "blocks_ranking_rgb", "blocks_ranking_size", "click_alarmclock",

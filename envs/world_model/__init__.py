@@ -10,7 +10,7 @@ State: the dataset's state, of the checkpoint's ``state_dim``.
 Action: Box of the checkpoint's ``action_dim``, in the dataset's units.
 """
 
-from envs.registry import Suite, env_id
+from envs.suite import Suite, env_id
 
 ENV_ID = env_id("WorldModel", 0)
 MAX_EPISODE_STEPS = 400
@@ -18,7 +18,7 @@ MAX_EPISODE_STEPS = 400
 SUITE = Suite(
     name="world_model",
     title="WAM world model (imagination)",
-    entry_point="wam_gym.world_model_env:WorldModelEnv",
+    entry_point="wam_gym.world_model.env:WorldModelEnv",
     simulator_module="diffusers",  # no simulator: the model is the dynamics
     max_episode_steps=MAX_EPISODE_STEPS,
     env_kwargs={ENV_ID: {}},

@@ -14,7 +14,7 @@ TWO_POLICIES = ("--policy", "expert", "--policy", "random")
 # ----------------------------------------------------------------------------- triggers
 def _world_model_eval(ctx: Ctx, *argv: str):
     """Parse and check a world_model_eval command line (what main does before any episode)."""
-    from wam_gym.world_model_eval import build_parser, check_args
+    from wam_gym.world_model.evaluate import build_parser, check_args
 
     (ctx.tmp / "ckpt").mkdir(exist_ok=True)
     (ctx.tmp / "ckpt" / "wam_config.json").write_text("{}")
@@ -39,7 +39,7 @@ def wm_eval_unimportable_policy(ctx: Ctx):
 
 def wm_eval_empty_detector(ctx: Ctx):
     """``--detector ''``: the working directory, where a detector would be trained."""
-    from wam_gym.world_model_eval import build_parser, check_args
+    from wam_gym.world_model.evaluate import build_parser, check_args
 
     check_args(build_parser().parse_args(["--world-model", "ckpt", "--detector", "", "--output", "o", *TWO_POLICIES]))
 

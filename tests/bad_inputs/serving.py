@@ -159,7 +159,7 @@ def cameras_not_the_checkpoints(ctx: Ctx):
 
 def _served(frame: dict, protocol: str = "openpi"):
     """The server's one check of a client's observation, for every served agent (python and wam)."""
-    from wam_gym.keymap import key_map, to_contract
+    from wam_gym.remote.keymap import key_map, to_contract
     from wam_gym.serve.server import KNOBS
 
     to_contract(frame, key_map(protocol, ("cam",), None, KNOBS[protocol]), KNOBS[protocol])
@@ -202,7 +202,7 @@ def _range(group: str, **knob):
 def cases() -> list[Case]:
     from agents.wam.checkpoint import MissingCheckpointError
     from wam_gym.eval.errors import EvalError
-    from wam_gym.keymap import ObservationError
+    from wam_gym.remote.keymap import ObservationError
 
     to_null = r"set it to a key, or to null to serve without one on purpose"
     return [

@@ -108,7 +108,7 @@ def protocol_observed_number(ctx: Ctx):
 
 def results_complete_string(ctx: Ctx):
     """results.json edited to ``"complete": "yes"`` (the demo read any truthy value as done)."""
-    from wam_gym.run_files import read_results
+    from wam_gym.eval.run_files import read_results
 
     (ctx.tmp / "results.json").write_text(json.dumps({"complete": "yes", "tasks": {}}))
     read_results(ctx.tmp / "results.json")

@@ -200,7 +200,7 @@ def test_software_rendering_skips_shadows(spatial):
     assert quality.shadowsize == 0 and quality.offsamples == 0
 
 
-# ----------------------------------------------------------------- settle steps, EVALUATION.protocol=fastwam_libero
+# ----------------------------------------------------------------- settle steps, protocol=fastwam_libero
 def test_settle_steps_are_checked():
     """Needs no simulator: refused before LIBERO is imported."""
     for bad in (-1, 2.5, "30", True):
@@ -227,26 +227,26 @@ def test_settle_steps_run_that_many_noops():
 
 
 def test_protocol_step_limit_reaches_the_actor(tmp_path, monkeypatch):
-    """Under EVALUATION.protocol=fastwam_libero a Spatial episode of a random agent runs to 400 policy steps (ours:
+    """Under protocol=fastwam_libero a Spatial episode of a random agent runs to 400 policy steps (ours:
     220), through the eval actor: the number it was given, the env's TimeLimit and the episode record agree. The
     400 steps' physics and rendering are stubbed out (software GL alone took a minute on 2 cores); the env's
     build at 256 x 256 and its reset with 30 settle steps are real."""
     from wam_gym.eval.actor import _Actor
-    from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
+    from wam_gym.eval.config import compose
     from wam_gym.eval.manager import EvalManager
 
     task = f"{SPATIAL}:0"
-    manager = EvalManager(EvalConfig(benchmark="libero", EVALUATION=EvaluationConfig(
-        agent="random", protocol="fastwam_libero", num_trials=1, tensorboard=False, output_dir=str(tmp_path / "out")),
-        MULTIRUN=MultirunConfig(task_sets=[task])))
-    spec = manager._spec()
+    manager = EvalManager(compose(["benchmark=libero", "protocol=fastwam_libero", "EVALUATION.agent=random",
+                                   "EVALUATION.num_trials=1", "EVALUATION.tensorboard=false",
+                                   f"EVALUATION.output_dir={tmp_path / 'out'}", f"MULTIRUN.task_sets=[{task}]"]))
+    spec = manager.plan.actor_spec()
     assert spec.episode_steps == {task: 400} and spec.env_kwargs["settle_steps"] == 30
     steps = []
     monkeypatch.setattr(LiberoEnv, "_sim_step", lambda self, action: steps.append(1) or (0.0, False, False, {}))
     monkeypatch.setattr(LiberoEnv, "_sim_frames", lambda self: {c: np.zeros((256, 256, 3), np.uint8) for c in self.cameras})
     actor = _Actor(0, spec, None)
     try:
-        record = actor.run(manager.jobs[0])
+        record = actor.run(manager.plan.jobs[0])
         env = actor.envs[task]
         assert env.spec.max_episode_steps == 400 and env.unwrapped.settle_steps == 30
         assert env.unwrapped.height == env.unwrapped.width == 256
@@ -712,7 +712,7 @@ def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
     with launched([f"ckpt={ckpt}", "MULTIRUN.inference_batch_size=4", "MULTIRUN.inference_batch_wait_ms=1000"],
                   python=str(MAIN_PYTHON), env=_main_venv_env(), cwd=ROOT, log=tmp_path / "serve.log") as server:
         command = [sys.executable, "-m", "wam_gym.eval", "benchmark=libero", "EVALUATION.agent=remote",
-                   f"EVALUATION.remote_url=ws://127.0.0.1:{server.port}", "EVALUATION.protocol=fastwam_libero",
+                   f"EVALUATION.remote_url=ws://127.0.0.1:{server.port}", "protocol=fastwam_libero",
                    f"MULTIRUN.task_sets=[{','.join(FASTWAM_TASKS)}]", f"EVALUATION.num_trials={FASTWAM_TRIALS}",
                    "MULTIRUN.env_num_per_worker=4", f"EVALUATION.output_dir={out}"]
         ran = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500,
@@ -726,7 +726,7 @@ def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
     for record in records:  # random weights never succeed: every episode runs the protocol's 400 steps
         assert (record["steps"], record["init_state_id"], record["seed"]) == (400, record["trial"], 42 + record["trial"])
     protocol = json.loads((out / "protocol.json").read_text())["protocol"]
-    assert protocol["EVALUATION.protocol"] == "fastwam_libero" and protocol["suites"]["libero"]["settle_steps"] == 30
+    assert protocol["protocol"] == "fastwam_libero" and protocol["suites"]["libero"]["settle_steps"] == 30
     calls = len(records) * 400 // 10  # a model call every 10 executed actions
     assert broker["requests"] == calls and broker["requests"] / broker["batches"] > 1, broker
 

@@ -1,6 +1,6 @@
 """LingBot-VA under its own LIBERO protocol, end to end in .venv-libero (which has the model stack): a release folder
 as published (scripts/tiny_lingbot_va_release.py: random weights, their layout) evaluated by
-``python -m wam_gym.eval EVALUATION.agent=wam EVALUATION.protocol=lingbot_va_libero`` through the broker.
+``python -m wam_gym.eval EVALUATION.agent=wam protocol=lingbot_va_libero`` through the broker.
 
 Two episodes of one task run at once (two actors, one model worker): each episode's state stays on the worker
 between its calls while the other's calls interleave. Random weights never succeed, so every episode runs the
@@ -36,7 +36,7 @@ def test_a_release_evaluates_under_its_protocol_through_the_broker(tmp_path):
     assert made.returncode == 0, made.stderr[-3000:]
     out = tmp_path / "eval"
     command = [sys.executable, "-m", "wam_gym.eval", "benchmark=libero", "EVALUATION.agent=wam", f"ckpt={release}",
-               "EVALUATION.protocol=lingbot_va_libero", f"MULTIRUN.task_sets=[{SPATIAL}:0]",
+               "protocol=lingbot_va_libero", f"MULTIRUN.task_sets=[{SPATIAL}:0]",
                f"EVALUATION.num_trials={TRIALS}", "MULTIRUN.env_num_per_worker=2", f"EVALUATION.output_dir={out}"]
     ran = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500,
                          env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
@@ -47,7 +47,7 @@ def test_a_release_evaluates_under_its_protocol_through_the_broker(tmp_path):
         assert (record["steps"], record["model_calls"], record["denoise_steps"]) == (796, 50, 50 * 70)
         assert (record["init_state_id"], record["seed"]) == (record["trial"], record["trial"])
     protocol = json.loads((out / "protocol.json").read_text())["protocol"]
-    assert protocol["EVALUATION.protocol"] == "lingbot_va_libero"
+    assert protocol["protocol"] == "lingbot_va_libero"
     settings = protocol["protocol_settings"]["model_inputs_settings"]
     assert (settings["sampling"]["action_shift"], settings["channels"]) == (0.05, list(range(7)))
     assert protocol["suites"]["libero"]["settle_steps"] == 5

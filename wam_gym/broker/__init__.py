@@ -15,12 +15,12 @@ Its parts, one module each:
 - ``supervisor``: the model workers' start, who is idle and what each holds, restarts, the stall watchdog;
 - ``sessions``: the episodes of a model that remembers them: which worker holds each, live or lost;
 - ``mailbox``: every pipe the dispatcher waits on, in one epoll set; ``actors``: each actor's pipes and slot;
-- ``pool``: workers as local processes (``wam_gym/ray_backend.py``: as Ray actors); ``client``: an actor's end;
+- ``pool``: workers as local processes (``wam_gym/broker/ray_pool.py``: as Ray actors); ``client``: an actor's end;
 - ``config`` (the MULTIRUN knobs), ``stats``, ``errors``.
 
-Requests carry handles to the pixels in the actor's slot (wam_gym/shared_obs.py): the model
+Requests carry handles to the pixels in the actor's slot (wam_gym/broker/shared_obs.py): the model
 worker reads them from there, and the dispatcher routes only small messages. It writes replies
-without ever blocking (wam_gym/outbox.py): an actor that stops reading holds up nobody else.
+without ever blocking (wam_gym/broker/outbox.py): an actor that stops reading holds up nobody else.
 
 The dispatcher thread waits on every pipe at once. Each pipe has a single writer, so a
 SIGKILL can cut short only the dead process's own message and never leaves a lock held that

@@ -1,5 +1,5 @@
 """The broker's end of each actor's link: its request pipe (read here), its reply pipe (written here, never
-blocking: wam_gym/outbox.py) and the name of its shared-memory slot (unlinked if the actor dies).
+blocking: wam_gym/broker/outbox.py) and the name of its shared-memory slot (unlinked if the actor dies).
 
 Actors come and go from the caller's thread (``InferenceBroker.client``) while the dispatcher's thread reads and
 answers them: the tables are guarded by one lock.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from wam_gym.model_worker import encode
-from wam_gym.outbox import Outbox
-from wam_gym.shared_obs import unlink
+from wam_gym.broker.model_worker import encode
+from wam_gym.broker.outbox import Outbox
+from wam_gym.broker.shared_obs import unlink
 
 
 class ActorLinks:

@@ -11,10 +11,10 @@ from typing import Any
 from agents.policy import ModelCost, Prediction
 from agents.predictor import Predictor
 from envs.protocol import batch_size, take_row
-from wam_gym.batching import Request
+from wam_gym.broker.batching import Request
 from wam_gym.broker.errors import BrokerError, EpisodeLost, RemoteInferenceError
-from wam_gym.model_worker import decode, send
-from wam_gym.shared_obs import ObservationSlot
+from wam_gym.broker.model_worker import decode, send
+from wam_gym.broker.shared_obs import ObservationSlot
 
 # A client waiting for an answer wakes this often: to call its on_wait hook and to see if its manager died.
 CLIENT_WAIT_SLICE_S = 1.0

@@ -1,5 +1,5 @@
 """The dispatcher: the broker's one thread. It takes the actors' requests, routes and batches them
-(wam_gym/batching.py: size / wait, grouped by shape and route; the Pacer sets the size), hands each batch to a
+(wam_gym/broker/batching.py: size / wait, grouped by shape and route; the Pacer sets the size), hands each batch to a
 model worker (the supervisor's: an idle one, or, every worker busy, the pipe of the one whose batch started
 first: ``MAX_HELD``), and answers each actor from its batch's result.
 
@@ -21,15 +21,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from wam_gym.batching import Batcher, Pacer, Request
 from wam_gym.broker.actors import ActorLinks
+from wam_gym.broker.batching import Batcher, Pacer, Request
 from wam_gym.broker.config import BrokerConfig
 from wam_gym.broker.errors import EpisodeLost, RemoteInferenceError
 from wam_gym.broker.mailbox import Mailbox
+from wam_gym.broker.model_worker import BatchResult
 from wam_gym.broker.sessions import SessionRegistry, episode_of, lost_error
 from wam_gym.broker.stats import BrokerStats
 from wam_gym.broker.supervisor import Lost, WorkerSupervisor
-from wam_gym.model_worker import BatchResult
 
 logger = logging.getLogger(__package__)  # the broker's parts log as one: "wam_gym.broker"
 

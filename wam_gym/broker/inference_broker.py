@@ -14,11 +14,11 @@ from wam_gym.broker.config import BrokerConfig, worker_devices
 from wam_gym.broker.dispatcher import Dispatcher
 from wam_gym.broker.errors import BrokerError
 from wam_gym.broker.mailbox import Mailbox
+from wam_gym.broker.model_worker import PolicyFactory
 from wam_gym.broker.pool import LocalWorkerPool
 from wam_gym.broker.sessions import SessionRegistry
 from wam_gym.broker.stats import BrokerStats
 from wam_gym.broker.supervisor import WorkerSupervisor
-from wam_gym.model_worker import PolicyFactory
 
 logger = logging.getLogger(__package__)  # the broker's parts log as one: "wam_gym.broker"
 
@@ -32,7 +32,7 @@ class InferenceBroker:
         self.stats = BrokerStats()
         self.actors = ActorLinks(self.ctx)
         if config.backend == "ray":
-            from wam_gym.ray_backend import RayWorkerPool, ray_devices
+            from wam_gym.broker.ray_pool import RayWorkerPool, ray_devices
 
             self.devices = ray_devices(config)
             self.pool = RayWorkerPool(factory, self.devices, config, lambda message: self.mailbox.post(message))

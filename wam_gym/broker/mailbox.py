@@ -14,8 +14,8 @@ import selectors
 import threading
 
 from wam_gym.broker.actors import ActorLinks
-from wam_gym.model_worker import receive, send
-from wam_gym.outbox import Outbox
+from wam_gym.broker.model_worker import receive, send
+from wam_gym.broker.outbox import Outbox
 
 
 class Mailbox:

@@ -1,4 +1,4 @@
-"""Model workers as processes of this machine (``MULTIRUN.backend=local``); wam_gym/ray_backend.py has the same
+"""Model workers as processes of this machine (``MULTIRUN.backend=local``); wam_gym/broker/ray_pool.py has the same
 interface over Ray actors."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from wam_gym.batching import Request
+from wam_gym.broker.batching import Request
 from wam_gym.broker.config import BrokerConfig
-from wam_gym.model_worker import EndEpisodes, PolicyFactory, encode, serve_forever
-from wam_gym.outbox import Outbox
+from wam_gym.broker.model_worker import EndEpisodes, PolicyFactory, encode, serve_forever
+from wam_gym.broker.outbox import Outbox
 
 
 class LocalWorkerPool:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from agents.episode_memory import EPISODE
-from wam_gym.batching import Request
+from wam_gym.broker.batching import Request
 from wam_gym.broker.errors import EpisodeLost, RemoteInferenceError
 
 

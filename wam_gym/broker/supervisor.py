@@ -12,12 +12,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from wam_gym.batching import Request
+from wam_gym.broker.batching import Request
 from wam_gym.broker.config import BrokerConfig
 from wam_gym.broker.errors import BrokerError, StartCancelled
 from wam_gym.broker.mailbox import Mailbox
+from wam_gym.broker.model_worker import BatchResult, ModelInfo
 from wam_gym.broker.stats import STATS_WINDOW, BrokerStats
-from wam_gym.model_worker import BatchResult, ModelInfo
 from wam_gym.utils.stats import percentile
 
 logger = logging.getLogger(__package__)  # the broker's parts log as one: "wam_gym.broker"

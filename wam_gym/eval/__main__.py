@@ -23,11 +23,9 @@ def register_schema() -> None:
     """The structured config eval.yaml builds on. Only when run as a command: the actors, spawned
     processes that import this module again (as ``__mp_main__``), then skip the model imports
     wam_gym.eval.config pulls in (about 10 s of CPU per actor here)."""
-    from hydra.core.config_store import ConfigStore
+    from wam_gym.eval.config import register
 
-    from wam_gym.eval.config import EvalConfig
-
-    ConfigStore.instance().store(name="eval_schema", node=EvalConfig)
+    register()
 
 
 def main(cfg) -> None:
@@ -37,7 +35,7 @@ def main(cfg) -> None:
     from envs.errors import MissingSimulatorError
     from wam_gym.broker import BrokerError
     from wam_gym.eval.manager import EvalError, EvalManager
-    from wam_gym.results import OutOfSpaceError
+    from wam_gym.eval.results import OutOfSpaceError
     from wam_gym.utils.cli import fail
 
     logging.getLogger("wam_gym").setLevel(logging.INFO)

@@ -35,10 +35,10 @@ from agents.realtime import Latency
 from envs.protocol import PIXELS
 from wam_gym.broker.errors import EpisodeLost
 from wam_gym.eval.imagination import ImaginationScore, ImaginationSpec
+from wam_gym.eval.results import EpisodeRecord, task_slug
 from wam_gym.eval.run_protocol import observed_env
 from wam_gym.eval.tasks import Job
 from wam_gym.remote import PolicyServerLost, RemotePolicy, RemoteSettings
-from wam_gym.results import EpisodeRecord, task_slug
 from wam_gym.utils.stop_signals import ignore_stop_signals
 from wam_gym.utils.video import EpisodeVideo, future_panel, tile
 
@@ -257,17 +257,33 @@ def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
     try:
         while (job := jobs.recv()) is not None:
             try:
-                message = ("done", actor_id, actor.run(job))
+                message = episode_message(actor, actor_id, job)
             except ManagerGone:
                 return
-            except PolicyServerLost as exc:  # not the episode's fault: the manager reruns it
-                message = ("retry", actor_id, (job, "server_lost", str(exc)))
-            except EpisodeLost as exc:  # its model worker died with the episode's state: rerun from the start
-                message = ("retry", actor_id, (job, "worker_lost", str(exc)))
-            except Exception as exc:
-                message = ("error", actor_id, (job, type(exc).__name__, str(exc), traceback.format_exc()))
             results.send(message)
     except (EOFError, BrokenPipeError):  # the manager closed its ends of the pipes: it exited
         return
     finally:
         actor.close()
+
+
+def rollout_actor(actor_id: int, spec: ActorSpec, client, tell) -> _Actor:
+    """An actor run by another host than actor_main (a Ray actor: wam_gym/eval/ray_actor_pool.py); ``tell`` gets
+    the messages it sends besides its episodes' (what each new env is)."""
+    return _Actor(actor_id, spec, client, tell=tell)
+
+
+def episode_message(actor: _Actor, actor_id: int, job: Job) -> tuple[str, int, Any]:
+    """Run ``job``: ``("done", id, record)``, ``("retry", id, (job, cause, why))`` when its policy server or the
+    model worker holding its state was lost (no fault of the episode), or ``("error", id, (job, type, message,
+    traceback))``. :class:`ManagerGone` goes up: nobody will collect the episode."""
+    try:
+        return ("done", actor_id, actor.run(job))
+    except ManagerGone:
+        raise
+    except PolicyServerLost as exc:  # not the episode's fault: the manager reruns it
+        return ("retry", actor_id, (job, "server_lost", str(exc)))
+    except EpisodeLost as exc:  # its model worker died with the episode's state: rerun from the start
+        return ("retry", actor_id, (job, "worker_lost", str(exc)))
+    except Exception as exc:
+        return ("error", actor_id, (job, type(exc).__name__, str(exc), traceback.format_exc()))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agents.factory import CHUNK_AGENTS
@@ -32,7 +33,7 @@ class EvaluationConfig(ModelCallConfig):
 
     remote_url: str | None = None  # agent=remote: ws://host:port of an openpi or vla-eval policy server
     remote_protocol: str = "openpi"  # agent=remote: openpi | vla-eval
-    remote_keys: dict[str, str] = field(default_factory=dict)  # agent=remote: {contract key: wire key} (wam_gym/keymap.py)
+    remote_keys: dict[str, str] = field(default_factory=dict)  # agent=remote: {contract key: wire key} (wam_gym/remote/keymap.py)
     remote_api_key: str | None = None  # agent=remote: sent as openpi's "Authorization: Api-Key" header ('': refused)
     # agent=remote: longest wait for one answer, and for a server lost mid-run to come back (the run's first
     # connection gives up within seconds: a server never reached is a wrong URL or a server not started)
@@ -105,11 +106,22 @@ class EvaluationConfig(ModelCallConfig):
 class MultirunConfig(ModelWorkersConfig):
     """MULTIRUN.*: the model workers' knobs (ModelWorkersConfig) and the rollout actors."""
 
-    env_num_per_worker: int = 2  # rollout actors (env processes) per model worker
+    env_num_per_worker: int = 2  # rollout actors (env processes) per model worker (actor_backend=local)
     task_sets: list[str] | None = None  # null: the benchmark's default sets
+    # local: rollout actors are processes of this machine; ray: Ray actors on any node of the cluster
+    # (MULTIRUN.ray_address) with actor_cpus CPUs and actor_resources free (docs/cluster.md)
+    actor_backend: str = "local"
+    num_actors: int | None = None  # actor_backend=ray: rollout actors; null: as many as the cluster's CPUs hold
+    actor_cpus: float = 1.0  # actor_backend=ray: CPUs each rollout actor asks Ray for
+    actor_resources: dict[str, float] = field(default_factory=dict)  # actor_backend=ray: more, e.g. {egl_gpu: 0.25}
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.actor_backend not in ACTOR_BACKENDS:
+            raise ValueError(f"MULTIRUN.actor_backend={self.actor_backend!r}: choose one of {ACTOR_BACKENDS}")
+        if self.actor_backend != "ray" and (self.num_actors is not None or self.actor_resources):
+            raise ValueError("MULTIRUN.num_actors and MULTIRUN.actor_resources place Ray actors: add "
+                             "MULTIRUN.actor_backend=ray, or drop them (env_num_per_worker sets the local actors)")
         check_ranges(self, "MULTIRUN", ACTOR_RANGES)
 
 
@@ -129,7 +141,12 @@ EPISODE_RANGES = {  # every numeric knob EvaluationConfig adds
     "actor_stall_s": Range(0, DAY_S, open_low=True, integer=False, note=SECONDS, null="off"),
     "latency_ms": Range(0, integer=False, note="milliseconds of simulated time", null="each call's measured time"),
 }
-ACTOR_RANGES = {"env_num_per_worker": Range(1, 1024, note="actors per model worker")}
+ACTOR_BACKENDS = ("local", "ray")
+ACTOR_RANGES = {
+    "env_num_per_worker": Range(1, 1024, note="actors per model worker"),
+    "num_actors": Range(1, 100_000, note="rollout actors on the Ray cluster", null="as many as its CPUs hold"),
+    "actor_cpus": Range(0, 1024, open_low=True, integer=False, note="CPUs per rollout actor"),
+}
 # every numeric EVALUATION and MULTIRUN knob (tests/test_config_schema.py holds each field to one)
 EVALUATION_RANGES = {**MODEL_CALL_RANGES, **EPISODE_RANGES}
 MULTIRUN_RANGES = {**MODEL_WORKERS_RANGES, **ACTOR_RANGES}
@@ -140,10 +157,36 @@ class EvalConfig:
     """The whole ``python -m wam_gym.eval`` config."""
 
     benchmark: str = "metaworld"  # names the default task sets and the output folder
+    # set by the config group protocol=NAME (wam_gym/eval/protocols.py: fastwam_libero, lingbot_va_libero): another
+    # project's benchmark side, whose env kwargs, step limits, replan_steps, action_horizon, num_inference_steps and
+    # seed it sets; an override departing from them is refused. A LingBot-VA needs one (its input convention).
+    # null (protocol=none): ours (openpi's)
+    protocol: str | None = None
     ckpt: str | None = None  # a checkpoint directory (EVALUATION.agent=wam)
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # extra gymnasium.make kwargs for every task
     EVALUATION: EvaluationConfig = field(default_factory=EvaluationConfig)  # one episode and one model call
     MULTIRUN: MultirunConfig = field(default_factory=MultirunConfig)  # processes, GPUs and batching
 
     def __post_init__(self) -> None:
-        protocols.apply(self)  # EVALUATION.protocol's settings, or an error naming a knob that contradicts them
+        protocols.check(self)  # the protocol group's settings hold, or an error naming the override that departs
+
+
+def register() -> None:
+    """The schema ``eval.yaml`` builds on, and the ``protocol`` group, in Hydra's config store."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="eval_schema", node=EvalConfig)
+    protocols.register_group(store)
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> EvalConfig:
+    """The config ``python -m wam_gym.eval OVERRIDES...`` runs with (``["protocol=fastwam_libero",
+    "EVALUATION.num_trials=5"]``), for Python callers: the same composition, the same checks."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    register()
+    with initialize_config_dir(str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
+        return OmegaConf.to_object(hydra_compose("eval", overrides=list(overrides)))

@@ -185,37 +185,36 @@ def check_against_model(evaluation, model) -> None:
                          f"1..{model.action_horizon} actions per call; pick one in that range, or null")
 
 
-def wam_checkpoint(ckpt: str | None, evaluation):
-    """``(checkpoint dir, its MoTConfig, the statistics file)`` for EVALUATION.agent=wam, all checked
-    (eval's manager and ``python -m wam_gym.serve``)."""
+def wam_checkpoint(ckpt: str | None, evaluation, protocol=None):
+    """``(checkpoint dir, its MoTConfig, the statistics file)`` for EVALUATION.agent=wam under the named
+    ``protocol`` (an EvalProtocol, or None), all checked (eval's manager and ``python -m wam_gym.serve``)."""
     root = checkpoint_dir(ckpt)
     if is_lingbot_va(root):  # a release, or one python -m training wrote: its settings are its convention's
-        return root, release_facts(root, evaluation), None
+        return root, release_facts(root, evaluation, protocol), None
     model = load_model_config(root / CONFIG_FILE)
     check_against_model(evaluation, model)
     return root, model, dataset_stats(root, evaluation.dataset_stats_path, model)
 
 
-def release_facts(root: Path, evaluation):
+def release_facts(root: Path, evaluation, protocol):
     """A LingBot-VA release folder, or a checkpoint python -m training wrote: what its protocol's input convention
     says of it (cameras, sizes, chunk, the statistics a release lacks). The protocol is required: their folders
     carry none of it, and ours name the convention (which must be the protocol's) but not the benchmark side."""
     from agents.wam.lingbot_va.folder import ReleaseFacts
     from agents.wam.lingbot_va.inputs import CONVENTIONS
-    from wam_gym.eval.protocols import named, of_convention
+    from wam_gym.eval.protocols import of_convention
 
-    protocol = named(evaluation.protocol)
     if protocol is None or protocol.model_inputs not in CONVENTIONS:
         if not is_release(root):  # python -m training's: its wam_config.json names the convention
             own = trained_inputs(root)
             fit = of_convention(own)
             raise ValueError(f"ckpt={root} holds a LingBot-VA trained under the input convention {own}, whose "
-                             f"benchmark side is its protocol's: evaluate it with EVALUATION.protocol="
+                             f"benchmark side is its protocol's: evaluate it with protocol="
                              f"{fit.name if fit is not None else own}")
         raise ValueError(f"ckpt={root} is a LingBot-VA release folder, which carries no evaluation settings: name "
-                         "the protocol it is evaluated under, EVALUATION.protocol=lingbot_va_libero")
+                         "the protocol it is evaluated under, protocol=lingbot_va_libero")
     if not is_release(root) and trained_inputs(root) != protocol.model_inputs:
-        raise ValueError(f"EVALUATION.protocol={protocol.name} feeds the model by {protocol.model_inputs}, and ckpt={root} "
+        raise ValueError(f"protocol={protocol.name} feeds the model by {protocol.model_inputs}, and ckpt={root} "
                          f"was trained under {trained_inputs(root)}: evaluate it under the protocol of its convention")
     if evaluation.dataset_stats_path is not None:
         raise ValueError(f"EVALUATION.dataset_stats_path={evaluation.dataset_stats_path}: a LingBot-VA is "
@@ -240,8 +239,8 @@ def check_remote(evaluation, tasks, env_kwargs: dict[str, Any]) -> None:
     """The EVALUATION.remote_* knobs: every actor would otherwise fail on them, or wait in vain."""
     from urllib.parse import urlparse
 
-    from wam_gym.keymap import default_keys
-    from wam_gym.wire import PROTOCOLS
+    from wam_gym.remote.keymap import default_keys
+    from wam_gym.remote.wire import PROTOCOLS
 
     url = evaluation.remote_url
     if not url:

@@ -1,7 +1,7 @@
-"""Named evaluation protocols (``EVALUATION.protocol``): another project's benchmark side, as plain data.
+"""Named evaluation protocols (the config group ``protocol``): another project's benchmark side, as plain data.
 
-wam_gym's own defaults follow openpi (``EVALUATION.protocol=null``). A named protocol fixes what an
-episode is under another project's evaluation, so that a score can be set beside theirs:
+wam_gym's own defaults follow openpi (``protocol=none``). A named protocol fixes what an episode is
+under another project's evaluation, so that a score can be set beside theirs:
 
 - the env side: the env kwargs of every task (cameras, image size, settle steps), the policy steps an
   episode may take per suite, the init-state rule, the suite it is defined for (tasks of another are refused);
@@ -11,13 +11,17 @@ episode is under another project's evaluation, so that a score can be set beside
   camera layout, prompt, gripper post-processing) a checkpoint must declare as ``inputs.name`` in its
   ``wam_config.json``. For agent=remote or python the env side applies and the model side is the caller's.
 
-How it meets the user's knobs (:func:`apply`, from ``EvalConfig.__post_init__``): a knob left at its
-default takes the protocol's value; one set to another value than the protocol's is refused, naming both.
-protocol.json records the protocol's name and every setting it fixes, so ``python -m wam_gym.compare``
-refuses to pair a run under another protocol, and a resume under another protocol is refused.
+How it meets the user's knobs: each protocol is an option of the Hydra config group ``protocol``
+(:func:`register_group`), which sets its knobs and env kwargs before the command line's overrides are
+applied; :func:`check` then refuses any that an override moved away from the protocol's value, naming
+both. So a knob typed on the command line is always the user's, whatever its value: an explicitly typed
+wam_gym default (``EVALUATION.seed=0``) is refused under a protocol that fixes another, never taken for
+"unset". protocol.json records the protocol's name and every setting it fixes, so
+``python -m wam_gym.compare`` refuses to pair a run under another protocol, and a resume under another
+protocol is refused.
 
 Read a protocol from other code as ``PROTOCOLS["fastwam_libero"]`` (an :class:`EvalProtocol`), or
-:func:`named` for ``EVALUATION.protocol``'s value (None for null).
+:func:`named` for the ``protocol`` key's value (None for null).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from envs.registry import suite_of
 CONFIG_FILE = "wam_config.json"  # agents.wam.checkpoint.CONFIG_FILE (importing that module costs seconds)
 # EVALUATION knobs a protocol fixes, besides max_episode_steps (fixed per suite) and the env kwargs
 FIXED_KNOBS = ("replan_steps", "action_horizon", "num_inference_steps", "seed")
+SERVED_KNOBS = FIXED_KNOBS[:3]  # what the policy server serves by (each call's noise is the client's episode's)
 INIT_STATE_K = "init state k for trial k"  # the planner's LIBERO rule (tasks.Job.reset_options), checked per job
 
 
@@ -43,8 +48,8 @@ class EvalProtocol:
     """What a named protocol fixes. A subclass per protocol gives every field its value, and says where
     each comes from."""
 
-    name: str  # EVALUATION.protocol's value
-    suite: str  # the env suite (envs.registry.Suite.name) it is defined for; tasks of other suites are refused
+    name: str  # protocol's value
+    suite: str  # the env suite (envs.suite.Suite.name) it is defined for; tasks of other suites are refused
     env_kwargs: dict[str, Any]  # constructor kwargs of every task's env
     max_steps: dict[str, int]  # policy steps an episode may take (after the settle steps), by LIBERO base benchmark
     replan_steps: int | None  # actions executed of each predicted chunk before the next model call
@@ -101,7 +106,7 @@ class FastWAMLibero(EvalProtocol):
       row's noise from its episode's seed and call count (the same whatever the batching).
     """
 
-    name: str = "fastwam_libero"  # EVALUATION.protocol=fastwam_libero
+    name: str = "fastwam_libero"  # protocol=fastwam_libero
     suite: str = "libero"  # their LIBERO evaluation (experiments/libero)
     env_kwargs: dict[str, Any] = field(default_factory=lambda: {  # libero_utils.py, sim_libero.yaml num_steps_wait
         "cameras": ["agentview", "robot0_eye_in_hand"], "image_size": [256, 256], "settle_steps": 30})
@@ -166,7 +171,7 @@ class LingBotVALibero(LingBotVAProtocol):
     - their noise comes from an unseeded generator; wam_gym's from each episode's seed.
     """
 
-    name: str = "lingbot_va_libero"  # EVALUATION.protocol=lingbot_va_libero
+    name: str = "lingbot_va_libero"  # protocol=lingbot_va_libero
     suite: str = "libero"  # their evaluation/libero
     env_kwargs: dict[str, Any] = field(default_factory=lambda: {  # client.py run_one, init_single_env
         "cameras": ["agentview", "robot0_eye_in_hand"], "image_size": [128, 128], "settle_steps": 5,
@@ -205,7 +210,7 @@ class LingBotVARoboTwin(LingBotVAProtocol):
         "LingBot-VA's RoboTwin checkpoint sends end-effector targets (RoboTwin's take_action(action_type='ee')) "
         "and wam_gym's RoboTwinEnv steps joint targets (qpos) only")
 
-    name: str = "lingbot_va_robotwin"  # EVALUATION.protocol=lingbot_va_robotwin
+    name: str = "lingbot_va_robotwin"  # protocol=lingbot_va_robotwin
     suite: str = "robotwin"  # envs/robotwin
     env_kwargs: dict[str, Any] = field(default_factory=lambda: {  # eval_polict_client_openpi.py, launch_client.sh
         "cameras": ["head_camera", "left_camera", "right_camera"], "image_size": [240, 320],
@@ -224,12 +229,12 @@ PROTOCOLS: dict[str, EvalProtocol] = {p.name: p for p in (FastWAMLibero(), LingB
 
 
 def named(name: str | None) -> EvalProtocol | None:
-    """``EVALUATION.protocol``'s protocol (None for null), or an error listing the known names."""
+    """``protocol``'s protocol (None for null), or an error listing the known names."""
     if name is None:
         return None
     if name not in PROTOCOLS:
-        raise ValueError(f"EVALUATION.protocol={name!r} is not a known protocol: choose one of {sorted(PROTOCOLS)}, "
-                         "or null (wam_gym's defaults)")
+        raise ValueError(f"protocol={name!r} is not a known protocol: choose one of {sorted(PROTOCOLS)}, "
+                         "or none (wam_gym's defaults)")
     return PROTOCOLS[name]
 
 
@@ -251,8 +256,8 @@ def _benchmark_of(env_id: str) -> str:
 
 # ----------------------------------------------------------------- the user's knobs
 def _refuse(protocol: EvalProtocol, knob: str, value: Any, fixed: Any) -> ValueError:
-    return ValueError(f"{knob}={json.dumps(value)} conflicts with EVALUATION.protocol={protocol.name}, which fixes it "
-                      f"to {json.dumps(fixed)}: drop the override, or drop EVALUATION.protocol")
+    return ValueError(f"{knob}={json.dumps(value)} conflicts with protocol={protocol.name}, which fixes it "
+                      f"to {json.dumps(fixed)}: drop the override, or leave the protocol out (protocol=none)")
 
 
 def _same_env_kwarg(key: str, a: Any, b: Any) -> bool:
@@ -266,35 +271,50 @@ def _same_env_kwarg(key: str, a: Any, b: Any) -> bool:
     return a == b
 
 
-def apply(config) -> None:
-    """Set what ``config.EVALUATION.protocol`` fixes on ``config`` (an EvalConfig), refusing a knob the user
-    set to another value. A knob left at its default takes the protocol's value."""
-    from wam_gym.eval.config import EvaluationConfig
+def overlay(protocol: EvalProtocol | None, knobs: tuple[str, ...] = FIXED_KNOBS, env_side: bool = True) -> dict:
+    """What selecting ``protocol`` sets in a config, from its root: the ``protocol`` key, its ``knobs`` under
+    EVALUATION and, with ``env_side``, its env kwargs."""
+    if protocol is None:
+        return {"protocol": None}
+    values: dict[str, Any] = {"protocol": protocol.name,
+                              "EVALUATION": {knob: getattr(protocol, knob) for knob in knobs}}
+    if env_side:
+        values["env_kwargs"] = copy.deepcopy(protocol.env_kwargs)
+    return values
 
-    ev = config.EVALUATION
-    protocol = named(ev.protocol)
+
+def register_group(store, knobs: tuple[str, ...] = FIXED_KNOBS, env_side: bool = True) -> None:
+    """Every protocol as an option of the config group ``protocol`` in Hydra's ``store`` (``protocol=fastwam_libero``;
+    ``none``, wam_gym's defaults, is the default option). The policy server takes its chunk knobs alone."""
+    store.store(group="protocol", name="none", node=overlay(None), package="_global_")
+    for protocol in PROTOCOLS.values():
+        store.store(group="protocol", name=protocol.name, node=overlay(protocol, knobs, env_side), package="_global_")
+
+
+def check(config) -> None:
+    """Every knob and env kwarg ``config.protocol`` fixes (an EvalConfig's) holds the protocol's value: one that
+    departs was typed by the user, and is refused naming both."""
+    protocol = named(config.protocol)
     if protocol is None:
         return
-    defaults = {f.name: f.default for f in dataclasses.fields(EvaluationConfig)}
+    ev = config.EVALUATION
     for knob in FIXED_KNOBS:
-        value, fixed = getattr(ev, knob), getattr(protocol, knob)
-        if value != fixed and value != defaults[knob]:
-            raise _refuse(protocol, f"EVALUATION.{knob}", value, fixed)
-        setattr(ev, knob, fixed)
+        if getattr(ev, knob) != getattr(protocol, knob):
+            raise _refuse(protocol, f"EVALUATION.{knob}", getattr(ev, knob), getattr(protocol, knob))
     if ev.max_episode_steps is not None:
         raise _refuse(protocol, "EVALUATION.max_episode_steps", ev.max_episode_steps, protocol.max_steps)
     for key, fixed in protocol.env_kwargs.items():
-        if key in config.env_kwargs and not _same_env_kwarg(key, config.env_kwargs[key], fixed):
-            raise _refuse(protocol, f"env_kwargs.{key}", config.env_kwargs[key], fixed)
+        if not _same_env_kwarg(key, config.env_kwargs.get(key), fixed):
+            raise _refuse(protocol, f"env_kwargs.{key}", config.env_kwargs.get(key), fixed)
+    # an agreeing value in the protocol's spelling (image_size 256 -> [256, 256]): protocol.json records one form
     config.env_kwargs = {**config.env_kwargs, **copy.deepcopy(protocol.env_kwargs)}
 
 
-def episode_steps(evaluation, env_id: str) -> int:
+def episode_steps(evaluation, protocol: EvalProtocol | None, env_id: str) -> int:
     """The policy steps an episode of ``env_id`` may take: EVALUATION.max_episode_steps, else the protocol's
     figure for its suite, else the suite's own limit."""
     if evaluation.max_episode_steps is not None:
         return evaluation.max_episode_steps
-    protocol = named(evaluation.protocol)
     steps = protocol.max_steps_for(env_id) if protocol is not None else None
     return steps if steps is not None else suite_of(env_id).episode_steps(env_id)
 
@@ -305,19 +325,19 @@ def check_plan(protocol: EvalProtocol | None, tasks, jobs) -> None:
     if protocol is None:
         return
     if protocol.cannot_run:
-        raise ValueError(f"EVALUATION.protocol={protocol.name} records their evaluation and runs no episode yet: "
-                         f"{protocol.cannot_run}; drop EVALUATION.protocol")
+        raise ValueError(f"protocol={protocol.name} records their evaluation and runs no episode yet: "
+                         f"{protocol.cannot_run}; leave the protocol out (protocol=none)")
     for task in tasks:
         suite = suite_of(task.env_id).name
         if suite != protocol.suite:
-            raise ValueError(f"EVALUATION.protocol={protocol.name} evaluates {protocol.suite} tasks, and {task.name} "
+            raise ValueError(f"protocol={protocol.name} evaluates {protocol.suite} tasks, and {task.name} "
                              f"is a {suite} task: evaluate {protocol.suite} tasks (benchmark={protocol.suite}), "
-                             "or drop EVALUATION.protocol")
+                             "or leave the protocol out (protocol=none)")
     for job in jobs if protocol.init_state == INIT_STATE_K else ():  # the planner's rule, which the protocol states
         if job.reset_options != {"init_state_id": job.trial}:
-            raise ValueError(f"EVALUATION.protocol={protocol.name} starts trial k from init state k, and "
+            raise ValueError(f"protocol={protocol.name} starts trial k from init state k, and "
                              f"{job.task.name} trial {job.trial} would reset with {job.reset_options}: "
-                             "evaluate tasks with init states, or drop EVALUATION.protocol")
+                             "evaluate tasks with init states, or leave the protocol out (protocol=none)")
 
 
 def check_checkpoint_inputs(protocol: EvalProtocol | None, ckpt: str | None) -> None:
@@ -333,10 +353,10 @@ def check_checkpoint_inputs(protocol: EvalProtocol | None, ckpt: str | None) -> 
     inputs = data.get("inputs") if isinstance(data, dict) else None
     found = inputs.get("name") if isinstance(inputs, dict) else None
     if found != protocol.model_inputs:
-        raise ValueError(f"EVALUATION.protocol={protocol.name} feeds the model by the input convention "
+        raise ValueError(f"protocol={protocol.name} feeds the model by the input convention "
                          f"{protocol.model_inputs!r}, and ckpt={ckpt} declares {'none' if found is None else repr(found)} "
                          f"(inputs.name in its {CONFIG_FILE}): evaluate a checkpoint made with that convention "
-                         "(a converted FastWAM LIBERO release), or drop EVALUATION.protocol")
+                         "(a converted FastWAM LIBERO release), or leave the protocol out (protocol=none)")
 
 
 def record(protocol: EvalProtocol | None) -> dict[str, Any]:
@@ -344,4 +364,4 @@ def record(protocol: EvalProtocol | None) -> dict[str, Any]:
     without one keep the record, and the hash, they had before protocols existed)."""
     if protocol is None:
         return {}
-    return {"EVALUATION.protocol": protocol.name, "protocol_settings": protocol.fixed()}
+    return {"protocol": protocol.name, "protocol_settings": protocol.fixed()}

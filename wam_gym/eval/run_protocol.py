@@ -7,12 +7,12 @@ limits and spaces) exactly when their protocols agree; then their outcomes can b
 - ``protocol``: the benchmark side, known before any env is built: the seed, the episode-length
   knob, the env kwargs; per task its env id, constructor kwargs, step limit and init-state rule;
   per suite the simulator's distribution and version, image orientation, settle steps (as its envs
-  run them) and the termination rule; under a named protocol (``EVALUATION.protocol``), its name and
+  run them) and the termination rule; under a named protocol (``protocol=NAME``), its name and
   every setting it fixes.
 - ``observed``: per task, what its env turned out to be when an actor first built it: the action
   space (dtype, shape, bounds), each camera's image shape, the state's shape.
 - ``agent``: what acted: the agent kind and, for a WAM, its checkpoint's and statistics' content
-  hashes (every byte, wam_gym/utils/fingerprint.py) and the inference settings that change actions;
+  hashes (every byte, wam_gym/eval/fingerprint.py) and the inference settings that change actions;
   for a Python policy its import string and its code's content hash; for a server, its protocol.
 
 A resumed run must match all three (``EVALUATION.allow_resume_mismatch=true`` resumes anyway and
@@ -38,9 +38,9 @@ from envs.protocol import PIXELS, STATE
 from envs.registry import suite_of
 from wam_gym.eval import protocols
 from wam_gym.eval.errors import EvalError, ResumeMismatch
-from wam_gym.results import space_checked
-from wam_gym.run_files import PROTOCOL_FIELDS, check_fields
-from wam_gym.utils.fingerprint import checkpoint_fingerprint, file_sha256, python_fingerprint
+from wam_gym.eval.fingerprint import checkpoint_fingerprint, file_sha256, python_fingerprint
+from wam_gym.eval.results import space_checked
+from wam_gym.eval.run_files import PROTOCOL_FIELDS, check_fields
 from wam_gym.utils.run_dir import and_more, read_record, write_record
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def benchmark_protocol(config, tasks, env_kwargs: dict[str, Any]) -> dict[str, A
         entries[task.name] = {
             "env_id": task.env_id,
             "kwargs": kwargs,
-            "max_episode_steps": protocols.episode_steps(ev, task.env_id),
+            "max_episode_steps": protocols.episode_steps(ev, protocols.named(config.protocol), task.env_id),
             "init_state": "init state k for trial k" if task.pins_init_state else None,
         }
     protocol = {
@@ -86,7 +86,7 @@ def benchmark_protocol(config, tasks, env_kwargs: dict[str, Any]) -> dict[str, A
         "timing": timing(ev),
         "suites": suites,
         "tasks": entries,
-        **protocols.record(protocols.named(ev.protocol)),  # EVALUATION.protocol and what it fixes (null: nothing)
+        **protocols.record(protocols.named(config.protocol)),  # the protocol and what it fixes (null: nothing)
     }
     return _as_stored(protocol)
 
@@ -237,7 +237,7 @@ def check_comparable(a: dict[str, Any], b: dict[str, Any], a_name: str, b_name: 
 def reference_outcomes(run_dir: str, record: dict[str, Any], output_dir: Path) -> tuple[dict, dict[tuple[str, int], bool]]:
     """EVALUATION.compare_to's protocol record and episode outcomes by (task, trial), once its protocol
     is known to be this run's (its envs' observed facts are checked as this run's actors build theirs)."""
-    from wam_gym.results import ResultStore
+    from wam_gym.eval.results import ResultStore
 
     path = Path(run_dir).expanduser()
     if path.resolve() == Path(output_dir).resolve():

@@ -23,9 +23,12 @@ def register_schema() -> None:
     spawned processes that import this module again, skip it)."""
     from hydra.core.config_store import ConfigStore
 
+    from wam_gym.eval.protocols import SERVED_KNOBS, register_group
     from wam_gym.serve.config import ServeConfig
 
-    ConfigStore.instance().store(name="serve_schema", node=ServeConfig)
+    store = ConfigStore.instance()
+    store.store(name="serve_schema", node=ServeConfig)
+    register_group(store, SERVED_KNOBS, env_side=False)
 
 
 def build_server(config):
@@ -48,9 +51,10 @@ def build_server(config):
             raise ValueError("EVALUATION.agent=python needs SERVE.cameras=[...]: the cameras your policy takes, in order")
         if len(set(s.cameras)) != len(s.cameras) or not all(isinstance(c, str) and c.strip() for c in s.cameras):
             raise ValueError(f"SERVE.cameras={list(s.cameras)}: name each camera your policy takes once, none empty")
-        protocol = serve_by_protocol(ev, None)
+        protocol = serve_by_protocol(ev, config.protocol, None)
         served = ServedModel(tuple(s.cameras), name=ev.policy, suite=s.suite, protocol=protocol)  # sizes: once it answers
-    broker = InferenceBroker(policy_factory(ev, config.MULTIRUN.prompt_cache_size, ckpt, stats), config.MULTIRUN)
+    factory = policy_factory(ev, config.MULTIRUN.prompt_cache_size, ckpt, stats, served.convention)
+    broker = InferenceBroker(factory, config.MULTIRUN)
     try:
         server_version = version("wam_gym")
     except PackageNotFoundError:
@@ -61,42 +65,44 @@ def build_server(config):
 def served_checkpoint(config):
     """``(checkpoint dir, its statistics file, the ServedModel)`` for EVALUATION.agent=wam, all checked: one of our
     checkpoints, or a LingBot-VA (a release folder, or one python -m training wrote), which its protocol's input
-    convention describes (EVALUATION.protocol is required, as in evaluation)."""
+    convention describes (protocol=NAME is required, as in evaluation)."""
     from agents.wam.lingbot_va.folder import is_lingbot_va
     from agents.wam.lingbot_va.inputs import convention
     from wam_gym.eval import preflight, protocols
     from wam_gym.serve.hello import ServedModel
 
     ev, s = config.EVALUATION, config.SERVE
-    protocols.check_checkpoint_inputs(protocols.named(ev.protocol), config.ckpt)  # as evaluation checks it
-    ckpt, model, stats = preflight.wam_checkpoint(config.ckpt, ev)
+    named = protocols.named(config.protocol)
+    protocols.check_checkpoint_inputs(named, config.ckpt)  # as evaluation checks it
+    ckpt, model, stats = preflight.wam_checkpoint(config.ckpt, ev, named)
     if s.cameras and sorted(s.cameras) != sorted(model.cameras):  # every request would lack one, or carry a stray
         raise ValueError(f"SERVE.cameras={list(s.cameras)} are not the checkpoint's cameras {list(model.cameras)}: "
                          "drop SERVE.cameras (the checkpoint's are served), or list exactly those")
     lingbot = is_lingbot_va(ckpt)  # its settings are its protocol's input convention (preflight checked it)
-    inputs = protocols.named(ev.protocol).model_inputs if lingbot else model.input_convention
+    inputs = named.model_inputs if lingbot else model.input_convention
     suite = convention(inputs).suite if lingbot else model.suite
-    protocol = serve_by_protocol(ev, inputs, strict=lingbot)
+    protocol = serve_by_protocol(ev, config.protocol, inputs, strict=lingbot)
     return ckpt, stats, ServedModel(tuple(s.cameras or model.cameras), model.state_dim, model.action_dim,
                                     name=ckpt.name, suite=s.suite or suite, convention=inputs, protocol=protocol)
 
 
-def serve_by_protocol(ev, convention: str | None, strict: bool = False) -> str | None:
-    """A model is served by an evaluation protocol's chunk rules: EVALUATION.protocol's, else the protocol its
-    input convention was made for (FastWAM's LIBERO release: fastwam_libero, its chunk of 32 replanned every 10,
-    10 denoising steps), where the user left the knob at its default. A knob set otherwise wins, with a warning;
-    ``strict`` (a LingBot-VA, whose convention fixes its sampling and whose chunks run whole) refuses it.
+def serve_by_protocol(ev, name: str | None, convention: str | None, strict: bool = False) -> str | None:
+    """A model is served by an evaluation protocol's chunk rules: the ``protocol`` group's (``name``: its options
+    set the knobs, and any the user then moved is theirs), else the protocol its input convention was made for
+    (FastWAM's LIBERO release: fastwam_libero, its chunk of 32 replanned every 10, 10 denoising steps), which fills
+    the knobs left at their defaults. A knob that departs from the protocol wins, with a warning; ``strict`` (a
+    LingBot-VA, whose convention fixes its sampling and whose chunks run whole) refuses it.
     Returns the protocol's name (None: no protocol)."""
-    from wam_gym.eval.protocols import named, of_convention
+    from wam_gym.eval.protocols import SERVED_KNOBS, named, of_convention
     from wam_gym.model_call import ModelCallConfig
 
-    protocol = named(ev.protocol) or of_convention(convention)
+    protocol = named(name) or of_convention(convention)
     if protocol is None:
         return None
     defaults = ModelCallConfig()
-    for knob in ("replan_steps", "action_horizon", "num_inference_steps"):
+    for knob in SERVED_KNOBS:
         value, fixed = getattr(ev, knob), getattr(protocol, knob)
-        if value == getattr(defaults, knob):
+        if name is None and value == getattr(defaults, knob):  # inferred from the convention: fills what is unset
             setattr(ev, knob, fixed)
         elif value != fixed and strict:
             raise ValueError(f"EVALUATION.{knob}={value} departs from {protocol.name}'s {fixed}, by which a LingBot-VA "
@@ -117,7 +123,7 @@ def served_identity(config, ckpt, stats) -> dict:
 
     identity = agent_identity(config, ckpt, stats)
     if ckpt is not None and is_lingbot_va(ckpt):
-        identity["EVALUATION.protocol"] = config.EVALUATION.protocol
+        identity["protocol"] = config.protocol
     return {key: {k: v for k, v in value.items() if k != "path"} if isinstance(value, dict) else value
             for key, value in identity.items()}
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from envs.orientation import check_orientation
 from envs.registry import suite_named
+from wam_gym.eval import protocols
 from wam_gym.model_call import ModelCallConfig, ModelWorkersConfig
 from wam_gym.policies import SERVED_AGENTS
 from wam_gym.serve.frames import AUTO
@@ -109,6 +110,10 @@ class ServeConfig:
     """The whole ``python -m wam_gym.serve`` config."""
 
     ckpt: str | None = None  # a checkpoint directory (EVALUATION.agent=wam)
+    # set by the config group protocol=NAME (wam_gym/eval/protocols.py): served by its chunk rules (replan_steps,
+    # action_horizon, num_inference_steps); a LingBot-VA needs one (its input convention). null: none, or the one the
+    # checkpoint's input convention was made for
+    protocol: str | None = None
     EVALUATION: ModelCallConfig = field(default_factory=ModelCallConfig)  # what is served, one model call
     MULTIRUN: ModelWorkersConfig = field(default_factory=ModelWorkersConfig)  # model workers, GPUs and batching
     SERVE: ServeSettings = field(default_factory=ServeSettings)  # the endpoint
@@ -117,6 +122,7 @@ class ServeConfig:
         if self.EVALUATION.agent not in SERVED_AGENTS:
             raise ValueError(f"EVALUATION.agent={self.EVALUATION.agent!r} cannot be served; serve one of {SERVED_AGENTS} "
                              "(wam with ckpt=DIR, python with EVALUATION.policy=pkg.module:factory)")
+        protocols.named(self.protocol)  # a known name (the server's build reads what it fixes)
 
 
 

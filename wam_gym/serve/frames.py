@@ -2,9 +2,9 @@
 
 The field's drivers turn a simulator's frames before they send them: openpi's ``examples/libero/main.py``
 and vla-eval's LIBERO benchmarks send LIBERO's frames mirrored (robosuite's raw frame turned 180 degrees),
-and every suite says what its drivers send (``envs.registry.Suite.driver_frames``). A served model is fed
+and every suite says what its drivers send (``envs.suite.Suite.driver_frames``). A served model is fed
 upright frames, the observation contract, and turns them to its own convention in its processor; so the
-server turns each client's frames upright as they arrive (``wam_gym.keymap.to_contract``), once. Whose
+server turns each client's frames upright as they arrive (``wam_gym.remote.keymap.to_contract``), once. Whose
 frames are which, first rule that applies:
 
 1. the observation says so (``image_orientation``; wam_gym's own client, ``EVALUATION.agent=remote``, does);
@@ -23,7 +23,7 @@ from typing import Any
 
 from envs.orientation import UPRIGHT
 from envs.registry import suite_named
-from wam_gym.keymap import ORIENTATION_KEY
+from wam_gym.remote.keymap import ORIENTATION_KEY
 
 AUTO = "auto"  # SERVE.client_frames: by the rules above
 # vla-eval 0.8's benchmark packages (vla_eval.benchmarks.<package>, the class its runner's HELLO names) -> our suite

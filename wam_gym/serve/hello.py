@@ -32,10 +32,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from envs.header import header_doc, labelled
+from envs.header import labelled
 from envs.protocol import PIXELS, STATE
-from envs.registry import suite_named
-from wam_gym.keymap import vla_eval_camera
+from envs.registry import header_doc, suite_named
+from wam_gym.remote.keymap import vla_eval_camera
 from wam_gym.serve.frames import ClientFrames
 
 

@@ -6,7 +6,7 @@
 
 Requests of every connection meet in the same broker, so they are batched together across
 model workers and GPUs. Each connection opens with one greeting frame that is both openpi's
-metadata dict and vla-eval's HELLO reply (wam_gym/wire.py), so the port needs no protocol
+metadata dict and vla-eval's HELLO reply (wam_gym/remote/wire.py), so the port needs no protocol
 setting; the first frame a client sends says which protocol the connection speaks.
 
 - openpi: an observation in, ``{"actions": (H, A), "server_timing": {...}}`` out, H the greeting's
@@ -50,14 +50,14 @@ import websockets
 from websockets.asyncio.server import serve
 
 from wam_gym.broker import BrokerError, InferenceBroker, RemoteInferenceError, StartCancelled
-from wam_gym.keymap import ORIENTATION_KEY, key_map, to_contract
+from wam_gym.remote.keymap import ORIENTATION_KEY, key_map, to_contract
+from wam_gym.remote.wire import OPENPI, VLA_EVAL, Message, WireError, as_message, greeting, pack_openpi, unpack
 from wam_gym.serve import episodes
 from wam_gym.serve.config import LOOPBACK, ServeConfig
 from wam_gym.serve.episodes import EPISODE_KEY, EpisodeMarkers
 from wam_gym.serve.frames import ClientFrames, FrameSource
 from wam_gym.serve.hello import ServedModel, greeting_metadata, hello_fields, runner_hints
 from wam_gym.utils.publish import atomic_path
-from wam_gym.wire import OPENPI, VLA_EVAL, Message, WireError, as_message, greeting, pack_openpi, unpack
 
 logger = logging.getLogger(__name__)
 HEALTH_PATHS = ("/healthz", "/health")  # openpi's probe, vla-eval's

@@ -35,6 +35,7 @@ from agents.wam.fastwam.config import FastWAMConfig
 from agents.wam.fastwam.embeddings import ProprioEncoder, timestep_features
 from agents.wam.fastwam.layers import KeysValues, action_layers, video_keys_values
 from agents.wam.fastwam.mask import block_mask
+from agents.wam.fastwam.objective import flow_matching_loss
 from agents.wam.interface import LossInputs, Objective
 from agents.wam.layers import LayerContext, mot_layers
 from agents.wam.precision import apply_precision, module_dtype
@@ -202,8 +203,6 @@ class FastWAM(FrozenEncoders):
         interface every WAM has: ``objective.video_dropout`` is the chance a batch leaves the video term out (its
         actions see only the current frame either way); a FastWAM has no state head (``batch.next_states`` and
         ``objective.state_weight`` have nothing to train) and no world-model mode (``world_model_prob`` must be 0)."""
-        from agents.wam.fastwam.objective import flow_matching_loss
-
         if objective.world_model_prob:
             raise ValueError(f"world_model_prob={objective.world_model_prob}: a FastWAM has no world-model mode (it "
                              "never holds actions clean); set world_model_prob=0")

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from agents.wam.fastwam.model import FastWAM
 from agents.wam.fastwam.schedule import FlowSchedule
 
 
@@ -28,7 +27,7 @@ class Draws:
     action_timestep: torch.Tensor  # (B,)
 
 
-def draw(model: FastWAM, latents: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None) -> Draws:
+def draw(model, latents: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None) -> Draws:
     cfg, batch = model.config, latents.shape[0]
 
     def noise(like: torch.Tensor) -> torch.Tensor:
@@ -59,7 +58,7 @@ def _row_means(errors: torch.Tensor, is_pad: torch.Tensor | None) -> torch.Tenso
 
 
 def flow_matching_loss(
-    model: FastWAM,
+    model,
     latents: torch.Tensor,
     actions: torch.Tensor,
     state: torch.Tensor,

@@ -139,7 +139,7 @@ class LingBotVAConfig(ModelConfig):
     def __post_init__(self) -> None:
         self.cameras, self.image_size = tuple(self.cameras), tuple(self.image_size)
         self.action_channels = tuple(self.action_channels)
-        self._check_owned()
+        _check_owned(self)
         for knob in ("frame_chunk_size", "action_per_frame", "video_steps", "action_steps", "text_tokens"):
             if getattr(self, knob) < 1:
                 raise ValueError(f"{knob}={getattr(self, knob)} must be at least 1")
@@ -163,19 +163,11 @@ class LingBotVAConfig(ModelConfig):
         return h, w * len(self.cameras)
 
     @property
-    def video_tokens_per_frame(self) -> int:
-        _, p_h, p_w = self.transformer.patch_size
-        h, w = self.latent_size
-        return (h // p_h) * (w // p_w)
-
-    @property
-    def actions_per_chunk(self) -> int:
-        return self.frame_chunk_size * self.action_per_frame
-
-    @property
     def cache_slots(self) -> int:
         """Their create_empty_cache: attn_window // 2 chunks of video tokens and of action tokens."""
-        chunk = self.frame_chunk_size * (self.video_tokens_per_frame + self.action_per_frame)
+        _, p_h, p_w = self.transformer.patch_size
+        h, w = self.latent_size
+        chunk = self.frame_chunk_size * ((h // p_h) * (w // p_w) + self.action_per_frame)
         return (self.attn_window // 2) * chunk
 
     @classmethod
@@ -184,26 +176,12 @@ class LingBotVAConfig(ModelConfig):
         chunk, the steps, guidance, shifts, window and action channels (their ``va_*_cfg.py``)."""
         return cls(preset=inputs.name, transformer=transformer, vae=vae, inputs=inputs.name, **_owned(inputs))
 
-    def _check_owned(self) -> None:
-        """Under a convention, every setting it owns is its (one owner per knob): an override is refused."""
-        if self.inputs is None:
-            return
-        for knob, value in _owned(self.convention()).items():
-            if getattr(self, knob) != value:
-                raise ValueError(f"model.{knob}={getattr(self, knob)}: the input convention {self.inputs} owns it "
-                                 f"({value}); drop the override")
-
     def convention(self) -> LingBotVAInputs:
         """Its input convention; a config without one (lingbot_va_tiny) has no actions' quantiles to train with."""
         if self.inputs is None:
             raise ValueError(f"model={self.preset} names no input convention (model.inputs), so no statistics normalise "
                              "its actions: train model=lingbot_va_libero_tiny or model=lingbot_va")
         return convention(self.inputs)
-
-    @property
-    def uses_guidance(self) -> bool:
-        """Their use_cfg: every call runs a prompted and an unprompted row when either stream is guided."""
-        return self.video_guidance > 1 or self.action_guidance > 1
 
     # ----------------------------------------------------------------- what python -m training reads (ModelConfig)
     @property
@@ -318,3 +296,18 @@ def preset(name: str, **overrides: Any) -> LingBotVAConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown LingBot-VA preset {name!r}; choose one of {sorted(PRESETS)}")
     return dataclasses.replace(PRESETS[name](), **overrides)
+
+
+def _check_owned(config: LingBotVAConfig) -> None:
+    """Under a convention, every setting it owns is its (one owner per knob): an override is refused."""
+    if config.inputs is None:
+        return
+    for knob, value in _owned(config.convention()).items():
+        if getattr(config, knob) != value:
+            raise ValueError(f"model.{knob}={getattr(config, knob)}: the input convention {config.inputs} owns it "
+                             f"({value}); drop the override")
+
+
+def uses_guidance(config: LingBotVAConfig) -> bool:
+    """Their use_cfg: every call runs a prompted and an unprompted row when either stream is guided."""
+    return config.video_guidance > 1 or config.action_guidance > 1

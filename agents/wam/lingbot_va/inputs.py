@@ -218,7 +218,7 @@ def _unit(q: np.ndarray) -> np.ndarray:
 def _clip(frames: Mapping[str, np.ndarray], camera: str) -> np.ndarray:
     if camera not in frames:
         raise ValueError(f"no frames of camera {camera!r} (got {sorted(frames)}): evaluate with its cameras "
-                         "(EVALUATION.protocol sets env_kwargs.cameras)")
+                         "(protocol=NAME sets env_kwargs.cameras)")
     clip = np.asarray(frames[camera])
     if clip.dtype != np.uint8 or clip.ndim != 4 or clip.shape[-1] != 3 or 0 in clip.shape[:3]:
         raise ValueError(f"frames/{camera} is {clip.dtype} {clip.shape}; pass uint8 (T, H, W, 3), T >= 1 "

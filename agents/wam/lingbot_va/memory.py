@@ -23,14 +23,14 @@ import os
 import torch
 
 from agents.wam.lingbot_va.cache import KVCache
-from agents.wam.lingbot_va.config import LingBotVAConfig
+from agents.wam.lingbot_va.config import LingBotVAConfig, uses_guidance
 
 HEADROOM = 0.1  # of the free memory, kept for activations and the allocator's slack
 
 
 def rows(config: LingBotVAConfig) -> int:
     """Guidance rows every episode's cache holds: prompted, and unprompted when either stream is guided."""
-    return 2 if config.uses_guidance else 1
+    return 2 if uses_guidance(config) else 1
 
 
 def cache_shape(config: LingBotVAConfig) -> tuple[int, int, int, int, int]:

@@ -18,7 +18,7 @@ import torch
 from diffusers import AutoencoderKLWan
 
 from agents.wam.lingbot_va.cache import KVCache
-from agents.wam.lingbot_va.config import LingBotVAConfig
+from agents.wam.lingbot_va.config import LingBotVAConfig, uses_guidance
 from agents.wam.lingbot_va.memory import cache_shape
 from agents.wam.lingbot_va.observations import new_feature_cache
 
@@ -52,7 +52,7 @@ def new_episode(
     past each prompt's tokens, as their encode_prompt returns them); ``empty_prompt`` is needed only with guidance.
     """
     rows = [prompt]
-    if config.uses_guidance:
+    if uses_guidance(config):
         if empty_prompt is None:
             raise ValueError("guidance is on (video_guidance or action_guidance > 1): give the empty prompt's embeddings")
         rows.append(empty_prompt)

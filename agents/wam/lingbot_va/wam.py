@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from agents.wam.interface import LossInputs, Objective
-from agents.wam.lingbot_va.config import LingBotVAConfig
+from agents.wam.lingbot_va.config import LingBotVAConfig, uses_guidance
 from agents.wam.lingbot_va.model import LingBotVATransformer
 from agents.wam.lingbot_va.objective import draw, flow_matching_loss, frames_in_episode, model_actions
 from agents.wam.lingbot_va.observations import encode_frames, new_feature_cache
@@ -127,5 +127,5 @@ class LingBotVA(nn.Module):
         instruction and noise seed: :class:`~agents.wam.lingbot_va.policy.LingBotVAPolicy`)."""
         empty = self.encode_prompt([""])
         generator = torch.Generator(self.device)
-        return new_episode(self.config, self.vae, empty, empty if self.config.uses_guidance else None, generator,
+        return new_episode(self.config, self.vae, empty, empty if uses_guidance(self.config) else None, generator,
                            self.transformer.dtype)

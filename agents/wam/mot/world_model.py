@@ -7,7 +7,7 @@ reads off the state after each action.
 
 ``WorldModel.predict`` takes a contract observation plus ``action`` (B, T, A) in env units and
 returns the imagined frames; it is a drop-in policy for the inference broker, so one broker
-can serve imagination to many :class:`wam_gym.world_model_env.WorldModelEnv` copies.
+can serve imagination to many :class:`wam_gym.world_model.env.WorldModelEnv` copies.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One WebSocket connection to a policy server, for :class:`wam_gym.remote.RemotePolicy`: opened with backoff,
 frames sent and received within the run's timeout (its owner's ``on_wait`` called about once a second while it
-waits), and every failure one of two errors, because they call for opposite handling (see wam_gym/remote.py):
+waits), and every failure one of two errors, because they call for opposite handling (see wam_gym/remote/client.py):
 :class:`PolicyServerLost` (rerun the episode) or :class:`PolicyServerError` (stop the run)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from wam_gym.wire import Message, WireError, unpack
+from wam_gym.remote.wire import Message, WireError, unpack
 
 # How often a waiting client wakes up to call its on_wait hook (the actor's heartbeat).
 WAIT_SLICE_S = 1.0

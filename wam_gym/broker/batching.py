@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from wam_gym.shared_obs import SharedArray
+from wam_gym.broker.shared_obs import SharedArray
 
 # How a partial group waits for company (Pacer.verdict): up to the batch wait, up to one call's fixed
 # cost for its stragglers, or not at all.

@@ -1,13 +1,13 @@
 """Rank policies inside the world model, and check the ranking against the simulator.
 
-    python -m wam_gym.world_model_eval --world-model outputs/demo/train/checkpoint \\
+    python -m wam_gym.world_model --world-model outputs/demo/train/checkpoint \\
         --detector outputs/demo/detector --output outputs/demo/world_model_eval \\
         --policy expert --policy expert+noise=1 --policy random --policy wam=outputs/demo/train/checkpoint
 
 Each policy runs every task's trials twice, with the same seeds and step limits: in the simulator,
 and closed loop inside the world model (``wam_gym/WorldModel-v0`` started from the simulator's
 reset for that seed: the same first frames, state and instruction), where a success detector
-(training/success_detector.py) judges the imagined frames. A ``--detector`` folder that holds none
+(wam_gym/world_model/success_detector.py) judges the imagined frames. A ``--detector`` folder that holds none
 yet gets one first (:func:`train_detector`): it learns from the simulator's labelled frames, as
 the world model's VAE draws them, and from the frames the world model imagines when it replays
 the same episodes' actions. Then, across policies,
@@ -37,12 +37,12 @@ import numpy as np
 
 from wam_gym.utils.cli import fail
 
-CONFIG_FILE = "detector.json"  # training.success_detector.CONFIG_FILE (that module imports torch)
+CONFIG_FILE = "detector.json"  # wam_gym.world_model.success_detector.CONFIG_FILE (that module imports torch)
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 if TYPE_CHECKING:
-    from training.success_detector import Frames
+    from wam_gym.world_model.success_detector import Frames
 
 @dataclass(frozen=True)
 class PolicySpec:
@@ -99,8 +99,16 @@ class Agents:
 def train_detector(world_model: str, tasks: list[str], folder: Path, inference_steps: int, shift: float,
                    episodes: int, train_steps: int = 800, say=print) -> dict:
     """A success detector for ``world_model`` on ``tasks``, written to ``folder``; its held-out metrics."""
-    from training.success_detector import DetectorConfig, Frames, as_the_world_model_draws, collect, evaluate, split, train
-    from wam_gym.world_model_env import model_config
+    from wam_gym.world_model.env import model_config
+    from wam_gym.world_model.success_detector import (
+        DetectorConfig,
+        Frames,
+        as_the_world_model_draws,
+        collect,
+        evaluate,
+        split,
+        train,
+    )
 
     model = model_config(world_model)
     config = DetectorConfig(tasks=list(tasks), cameras=list(model.cameras), image_size=list(model.image_size),
@@ -118,8 +126,8 @@ def train_detector(world_model: str, tasks: list[str], folder: Path, inference_s
 
 def imagine(replays: list, world_model: str, inference_steps: int, shift: float) -> Frames:
     """The frames the world model imagines for each collected episode's actions, labelled by the simulator."""
-    from training.success_detector import Frames
-    from wam_gym.world_model_env import WorldModelEnv
+    from wam_gym.world_model.env import WorldModelEnv
+    from wam_gym.world_model.success_detector import Frames
 
     worlds: dict[str, WorldModelEnv] = {}
     pixels, solved, episodes, groups = [], [], [], []
@@ -157,7 +165,7 @@ def evaluate(specs: list[PolicySpec], tasks: list[str], trials: int, steps: int,
              inference_steps: int, shift: float, say=print) -> dict:
     """{policy name: {"simulator": {task: [bool per trial]}, "world_model": {...}}}."""
     import envs
-    from wam_gym.world_model_env import WorldModelEnv, model_config
+    from wam_gym.world_model.env import WorldModelEnv, model_config
 
     model = model_config(world_model)
     agents = Agents(inference_steps, shift)
@@ -354,7 +362,7 @@ def check_tasks(tasks: list[str] | None) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m wam_gym.world_model_eval", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m wam_gym.world_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-model", required=True, help="a WAM checkpoint (its video prediction is the world)")
     parser.add_argument("--detector", required=True, help="a success detector folder; trained there first if it holds none")
     parser.add_argument("--detector-episodes", type=int, default=8, help="a new detector's episodes per task and behaviour")
@@ -406,6 +414,3 @@ def run(args: argparse.Namespace, specs: list[PolicySpec], tasks: list[str]) -> 
     print("\n".join(lines))
     print(f"written to {out}: {', '.join(RESULT_FILES)}")
 
-
-if __name__ == "__main__":
-    main()

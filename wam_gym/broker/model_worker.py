@@ -1,7 +1,7 @@
 """A model worker: one model copy on one device, serving batches of requests.
 
 The same ``ModelServer`` runs inside a local process (``serve_forever``: batches in on a pipe,
-results out on the worker's own pipe) and inside a Ray actor (see wam_gym/ray_backend.py).
+results out on the worker's own pipe) and inside a Ray actor (see wam_gym/broker/ray_pool.py).
 A worker's inbox carries, in order: batches ``(batch_id, requests)``, :class:`EndEpisodes` (a model that
 remembers episodes lets them go) and ``None`` (stop).
 """
@@ -22,8 +22,8 @@ from multiprocess.connection import wait
 
 from agents.policy import EpisodicPolicy, as_prediction, denoise_steps
 from envs.protocol import stack_rows
-from wam_gym.batching import Request
-from wam_gym.shared_obs import AttachedSegments
+from wam_gym.broker.batching import Request
+from wam_gym.broker.shared_obs import AttachedSegments
 
 # Builds the policy inside the worker, given its device ("cpu", "cuda:1"): a checkpoint
 # load, or any callable multiprocess/Ray can pickle (dill: closures and lambdas work).

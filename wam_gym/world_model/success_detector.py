@@ -6,7 +6,7 @@ itself (``info["is_success"]`` of the step that produced each frame), rendered w
 and image size of the world model's checkpoint: the scripted expert at several action-noise
 levels and a random policy, run past their first success (``terminate_on_success=False``) so
 solved scenes are plentiful. :func:`collect` also keeps each episode's executed actions and
-labels, so the world model can replay them (``python -m wam_gym.world_model_eval`` trains the
+labels, so the world model can replay them (``python -m wam_gym.world_model`` trains the
 detector on the frames it imagines for them as well). Whole episodes are held out; their
 accuracy is the detector's reported accuracy.
 
@@ -85,10 +85,10 @@ class SuccessDetector(nn.Module):
         folder = Path(folder)
         if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"{folder} is not a success detector (no {CONFIG_FILE} and {WEIGHTS_FILE}): train "
-                                    "one with python -m wam_gym.world_model_eval --detector DIR (it trains one where none is)")
+                                    "one with python -m wam_gym.world_model --detector DIR (it trains one where none is)")
         detector = cls(DetectorConfig(**json.loads((folder / CONFIG_FILE).read_text())["config"]))
         weights = load_file(folder / WEIGHTS_FILE)
-        check_finite(weights, folder / WEIGHTS_FILE, "train the detector again (python -m wam_gym.world_model_eval --detector "
+        check_finite(weights, folder / WEIGHTS_FILE, "train the detector again (python -m wam_gym.world_model --detector "
                      "a new folder)")
         detector.load_state_dict(weights)
         return detector.eval()

@@ -19,7 +19,7 @@ Where an episode starts: an episode of the LeRobot dataset at ``dataset=`` (its 
 state and instruction), or, with ``start_from=ENV_ID``, the real env's reset for the same seed
 (its frames at the checkpoint's cameras and size, its state and instruction): the same episodes
 a simulator evaluation starts from. Whether it succeeds: ``success_detector=DIR``
-(``python -m wam_gym.world_model_eval`` trains one) judges each imagined frame; the first one it judges
+(``python -m wam_gym.world_model`` trains one) judges each imagined frame; the first one it judges
 solved ends the episode (``is_success``, reward 1). Without one there is no success signal.
 ``privileged_from_simulator=True`` (with ``start_from``) steps the real env alongside with the
 same actions, rendering nothing, and passes its ``privileged_state`` on: only scripted experts
@@ -284,6 +284,6 @@ def _simulator(env_id: str, cfg, kwargs: dict[str, Any]):
 
 @functools.lru_cache(maxsize=4)
 def _detector(folder: str):
-    from training.success_detector import SuccessDetector
+    from wam_gym.world_model.success_detector import SuccessDetector
 
     return SuccessDetector.load(folder)

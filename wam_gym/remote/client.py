@@ -16,7 +16,7 @@ Failures fall in two kinds, because they call for opposite handling:
 Frames go out turned as the field's drivers for the task's suite turn them (LIBERO: mirrored, as
 openpi's and vla-eval's LIBERO clients send; ``EVALUATION.remote_frames`` sets another), so any
 server trained on the field's frames reads them right, and each observation says how under
-``image_orientation``, which wam_gym.serve reads. Frames are decoded only by wam_gym.wire
+``image_orientation``, which wam_gym.serve reads. Frames are decoded only by wam_gym.remote.wire
 (msgpack, never pickle).
 """
 
@@ -34,9 +34,9 @@ from envs.orientation import UPRIGHT
 from envs.protocol import INSTRUCTION, PIXELS, batch_size, take_row
 from envs.registry import suite_of
 from wam_gym import __version__
-from wam_gym.keymap import key_map, to_wire
-from wam_gym.remote_link import PolicyServerError, PolicyServerLost, ServerLink
-from wam_gym.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, as_message, pack_openpi
+from wam_gym.remote.keymap import key_map, to_wire
+from wam_gym.remote.link import PolicyServerError, PolicyServerLost, ServerLink
+from wam_gym.remote.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, as_message, pack_openpi
 
 
 @dataclass
@@ -45,7 +45,7 @@ class RemoteSettings:
 
     url: str  # ws://host:port or wss://host:port
     protocol: str = OPENPI  # openpi | vla-eval
-    keys: dict[str, str] = field(default_factory=dict)  # {contract key: wire key} overrides (wam_gym/keymap.py)
+    keys: dict[str, str] = field(default_factory=dict)  # {contract key: wire key} overrides (wam_gym/remote/keymap.py)
     api_key: str | None = None  # openpi's "Authorization: Api-Key <key>" header
     timeout_s: float = 300.0  # longest wait for one answer, and for an unreachable server
     # what the server said it serves when the run began (served_model); a later connection to another is refused

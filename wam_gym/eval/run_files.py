@@ -41,7 +41,7 @@ PROTOCOL_FIELDS: Schema = {  # protocol.json (wam_gym/eval/run_protocol.py write
     ("resumed_despite", "*", "field"): str,
 }
 
-RESULTS_FIELDS: Schema = {  # results.json (wam_gym/results.py: write_summary)
+RESULTS_FIELDS: Schema = {  # results.json (wam_gym/eval/results.py: write_summary)
     ("complete",): bool,
     ("overall",): dict,
     ("overall", "success_rate"): float | None,

@@ -14,8 +14,8 @@ import os
 import threading
 from typing import Any
 
-from wam_gym.model_worker import ModelInfo, ModelServer, PolicyFactory
-from wam_gym.shared_obs import AttachedSegments
+from wam_gym.broker.model_worker import ModelInfo, ModelServer, PolicyFactory
+from wam_gym.broker.shared_obs import AttachedSegments
 
 logger = logging.getLogger(__name__)
 
@@ -62,18 +62,29 @@ def _keep_ray_on_loopback() -> None:
         ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def connect_ray(address: str | None) -> bool:
+    """Join the Ray cluster at ``address`` (MULTIRUN.ray_address), or start a local one on 127.0.0.1 (null).
+    True when this call connected (the caller then shuts Ray down); False when Ray was connected already."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        _keep_ray_on_loopback()
+        # address="local": a new cluster of our own. Without it ray.init() joins whatever cluster
+        # RAY_ADDRESS or /tmp/ray/ray_current_cluster names, a stale one included (it then hangs)
+        ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    return True
+
+
 class RayWorkerPool:
     def __init__(self, factory: PolicyFactory, devices: list[str], config, post):
         import ray
 
         self.ray, self.factory, self.devices, self.config, self.post = ray, factory, devices, config, post
-        self._owns_cluster = not ray.is_initialized()
-        if self._owns_cluster:
-            if config.ray_address:
-                ray.init(address=config.ray_address, log_to_driver=False)
-            else:
-                _keep_ray_on_loopback()
-                ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+        self._owns_cluster = connect_ray(config.ray_address)
         self._actor_cls = ray.remote(RayModelWorker)
         self.segments = AttachedSegments()
         self.handles: list[Any] = [None] * len(devices)

@@ -34,7 +34,7 @@ import numpy as np
 
 from envs.orientation import ORIENTATIONS, UPRIGHT, reorient, to_upright
 from envs.protocol import INSTRUCTION, PIXELS, STATE, nonfinite_state
-from wam_gym.wire import OPENPI, PROTOCOLS, VLA_EVAL
+from wam_gym.remote.wire import OPENPI, PROTOCOLS, VLA_EVAL
 
 
 class ObservationError(ValueError):
