@@ -123,26 +123,31 @@ def test_naive_calls_early_enough_not_to_hold_where_hold_holds():
 
 
 def test_ensemble_averages_every_arrived_chunks_action_for_the_step_oldest_weighted_most():
+    # 100 ms at 10 Hz: 1 step. Calls at 0 (awaited), 2 and 4, each arriving a step later
     agent = RealtimeChunkAgent(CountingPredictor(), Latency(100), replan_steps=2, strategy="ensemble")
-    out = [agent.act(OBS) for _ in range(5)] if not setattr(agent, "control_hz", 10.0) else None
+    agent.control_hz = 10.0
+    out = np.stack([agent.act(OBS)[:2] for _ in range(6)])
     w = np.exp(-0.01 * np.arange(3))
-    # step 3: chunk 0 (action 3), chunk 1 (asked at 2: action 1); step 4: chunks 0, 1, 2 (actions 4, 2, 0)
-    expected3 = np.dot(w[:2] / w[:2].sum(), [[0, 3], [1, 1]])
-    expected4 = np.dot(w / w.sum(), [[0, 4], [1, 2], [2, 0]])
-    np.testing.assert_allclose([a[:2] for a in out], [[0, 0], [0, 1], [0, 2], expected3, expected4], rtol=1e-6)
+    two, three = w[:2] / w[:2].sum(), w / w.sum()
+    # step 3: chunk 0's action 3 and chunk 1's (asked at 2) action 1; step 5: chunks 0, 1, 2: actions 5, 3, 1
+    expected = [[0, 0], [0, 1], [0, 2], two @ [[0, 3], [1, 1]], two @ [[0, 4], [1, 2]], three @ [[0, 5], [1, 3], [2, 1]]]
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert agent.num_model_calls == 3 and agent.held_steps == 0
 
 
 def test_rtc_calls_carry_the_committed_actions_and_the_new_chunk_continues_them():
     predictor = EchoPrefix()
     agent = RealtimeChunkAgent(predictor, Latency(200), replan_steps=3, strategy="rtc")
-    # calls at 0 (plain, awaited), 3 (d = 2: commits chunk 0's actions 3, 4; overlap its rest 3..5), 6
-    assert schedule(agent, 9) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 4), (1, 3), (1, 4), (1, 5)]
+    # calls at 0 (plain, awaited) and 3 (d = 2: chunk 0's actions 3, 4 run meanwhile and are committed; the overlap
+    # is its rest, 3..5), arriving at 5 with its first two actions overwritten by chunk 0's 3 and 4 (EchoPrefix does
+    # what an RTC model does); at 5 it runs its action 2
+    assert schedule(agent, 8) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 2), (1, 3), (1, 4)]
     assert predictor.requests[0] is None
     delay, overlap, prefix = predictor.requests[1]
     assert (delay, overlap, prefix[:overlap]) == (2, 3, [(0, 3), (0, 4), (0, 5)])
-    # step 5 executes the new chunk's action 2 (d = 2: its first two are the committed (0, 3), (0, 4)): chunk 1 asked
-    # at 3 arrives at 5; its action 2 is chunk 0's action... no: actions 0, 1 were overwritten, action 2 is its own
-    assert predictor.requests[2][:2] == (2, 3)
+    assert agent._chunks[-1].actions[:3, :2].tolist() == [[0, 3], [0, 4], [1, 2]]  # chunk 1: committed, then its own
+    # the call at 6 (every min(3, 6 - 2) steps): chunk 1 asked at 3 runs actions 3 and 4 meanwhile: committed
+    assert predictor.requests[2][:2] == (2, 3) and predictor.requests[2][2][:2] == [(1, 3), (1, 4)]
 
 
 def test_rtc_is_refused_where_no_sampler_can_continue_a_prefix():
