@@ -140,7 +140,7 @@ class RealtimeChunkAgent(ChunkQueueAgent):
 
     def _rtc_entries(self, t: int) -> dict[str, Any]:
         """What the call at ``t`` carries for real-time chunking: the actions committed from ``t`` on."""
-        horizon = self.action_horizon or self.predictor.action_horizon
+        horizon = self.predictor.action_horizon or self.action_horizon  # padded to the model's chunk length
         if horizon is None:
             raise ValueError("EVALUATION.realtime_strategy=rtc pads the committed actions to the model's chunk length, "
                              "which this predictor does not know: set EVALUATION.action_horizon")

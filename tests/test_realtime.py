@@ -155,3 +155,23 @@ def test_rtc_is_refused_where_no_sampler_can_continue_a_prefix():
         make_agent("remote", predictor=CountingPredictor(), latency=Latency(0), realtime_strategy="rtc")
     with pytest.raises(ValueError, match="realtime_strategy='smooth': choose one of hold, naive, ensemble, rtc"):
         RealtimeChunkAgent(CountingPredictor(), Latency(0), strategy="smooth")
+
+
+def test_the_strategy_is_a_knob_recorded_in_the_protocol_and_runs_of_different_strategies_never_pair():
+    from wam_gym.eval.config import EvaluationConfig
+    from wam_gym.eval.run_protocol import check_comparable, timing
+
+    with pytest.raises(ValueError, match="realtime_strategy=rtc merges .* add EVALUATION.realtime=true"):
+        EvaluationConfig(agent="random", realtime_strategy="rtc")
+    with pytest.raises(ValueError, match="realtime_strategy='smooth': choose one of hold, naive, ensemble, rtc"):
+        EvaluationConfig(agent="wam", realtime=True, realtime_strategy="smooth")
+    with pytest.raises(ValueError, match="realtime_strategy=rtc .* agent=wam"):
+        EvaluationConfig(agent="python", realtime=True, realtime_strategy="rtc")
+    hold, rtc_run = (timing(EvaluationConfig(agent="wam", realtime=True, latency_ms=200, realtime_strategy=s))
+                     for s in ("hold", "rtc"))
+    assert "strategy" not in hold and rtc_run["strategy"] == "rtc"  # hold's record is the one written before strategies
+    with pytest.raises(ValueError, match="different protocols.*strategy"):
+        check_comparable({"protocol": {"timing": hold}}, {"protocol": {"timing": rtc_run}}, "a", "b")
+    slower = timing(EvaluationConfig(agent="wam", realtime=True, latency_ms=300, realtime_strategy="rtc"))
+    with pytest.raises(ValueError, match="different protocols.*latency"):
+        check_comparable({"protocol": {"timing": rtc_run}}, {"protocol": {"timing": slower}}, "a", "b")

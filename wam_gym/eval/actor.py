@@ -61,6 +61,7 @@ class ActorSpec:
     video_stride: int = 1  # a video frame every this many steps
     lazy_pixels: bool = False  # envs render only what is read (EVALUATION.render=needed)
     latency: Latency | None = None  # real-time mode's latency rule (EVALUATION.realtime); None: synchronous
+    realtime_strategy: str = "hold"  # how real-time mode merges arriving chunks (EVALUATION.realtime_strategy)
     remembers_episodes: bool = False  # the model keeps each episode's state between calls (its workers said so: LingBot-VA)
     remote: RemoteSettings | None = None  # agent=remote: the policy server
     imagination: ImaginationSpec | None = None  # score the predicted frames (EVALUATION.imagination_score)
@@ -102,6 +103,7 @@ class _Actor:
             self.predictor.on_wait = beat  # waiting for the model is no stall of ours (the broker watches the model)
             self.chunks = make_agent(spec.agent, predictor=self.predictor, action_horizon=spec.action_horizon,
                                      replan_steps=spec.replan_steps, latency=spec.latency,
+                                     realtime_strategy=spec.realtime_strategy,
                                      remembers_episodes=spec.remembers_episodes)
         # One agent for every episode, but a random agent is made per episode, seeded by it.
         self.agent = self.chunks or (None if spec.agent == "random" else make_agent(spec.agent))

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.factory import CHUNK_AGENTS
+from agents.factory import CHUNK_AGENTS, check_strategy
 from agents.realtime import Latency
+from agents.realtime_strategies import STRATEGIES
 from agents.wam.inference_config import InferenceConfig
 from envs.orientation import check_orientation
 from wam_gym.eval import protocols
@@ -58,6 +59,10 @@ class EvaluationConfig(ModelCallConfig):
     # its last action held; the new chunk takes over when it arrives. false: the world waits for the model
     realtime: bool = False
     latency_ms: float | None = None  # realtime: each call takes this long in simulated time; null: its measured time
+    # realtime: how arriving chunks are merged (agents/realtime_strategies.py): hold (the rest of the chunk, then its
+    # last action), naive (no holding: calls early enough), ensemble (ACT's temporal ensembling), rtc (the WAM's
+    # sampler continues the committed actions: real-time chunking, agents/rtc.py)
+    realtime_strategy: str = "hold"
     # outputs
     output_dir: str = "evaluate_results/${benchmark}/${now:%Y%m%d-%H%M%S}"  # results, videos, tensorboard
     eval_save_video: bool = False  # an mp4 per episode
@@ -81,6 +86,13 @@ class EvaluationConfig(ModelCallConfig):
         if self.latency_ms is not None and not self.realtime:
             raise ValueError(f"EVALUATION.latency_ms={self.latency_ms} sets the latency of real-time mode: add "
                              "EVALUATION.realtime=true, or drop it")
+        if self.realtime_strategy not in STRATEGIES:
+            raise ValueError(f"EVALUATION.realtime_strategy={self.realtime_strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        if self.realtime_strategy != "hold" and not self.realtime:
+            raise ValueError(f"EVALUATION.realtime_strategy={self.realtime_strategy} merges chunks that arrive while the "
+                             "robot moves: add EVALUATION.realtime=true, or drop it")
+        if self.realtime:
+            check_strategy(self.realtime_strategy, self.agent)
         if self.render not in RENDER_MODES:
             raise ValueError(f"EVALUATION.render={self.render!r}: choose one of {', '.join(RENDER_MODES)}")
         check_ranges(self, "EVALUATION", EPISODE_RANGES)

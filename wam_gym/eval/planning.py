@@ -102,6 +102,7 @@ class EvalPlan:
             save_video=ev.eval_save_video, visualize_future_video=ev.visualize_future_video,
             video_camera=ev.video_camera, video_fps=ev.video_fps, video_stride=ev.video_stride,
             lazy_pixels=ev.render == "needed", latency=ev.latency(), remembers_episodes=remembers_episodes,
+            realtime_strategy=ev.realtime_strategy,
             remote=dataclasses.replace(RemoteSettings.from_evaluation(ev, self.tasks), expected_model=server_model)
             if ev.agent == "remote" else None,
             imagination=self.imagination,

@@ -96,8 +96,11 @@ def timing(ev) -> dict[str, Any]:
     latency = ev.latency()
     if latency is None:
         return {"mode": "synchronous"}
-    return {"mode": "realtime", "latency": latency.describe(), "hold": HOLD_RULE,
-            "control_rate": "each suite's simulator's (env.unwrapped.control_hz)"}
+    record = {"mode": "realtime", "latency": latency.describe(), "hold": HOLD_RULE,
+              "control_rate": "each suite's simulator's (env.unwrapped.control_hz)"}
+    if ev.realtime_strategy != "hold":  # hold's record is the one runs before strategies wrote: they stay comparable
+        record["strategy"] = ev.realtime_strategy
+    return record
 
 
 def agent_identity(config, ckpt: Path | None, stats: Path | None) -> dict[str, Any]:
