@@ -10,6 +10,8 @@ steps sleep (``--step-ms``), a simulator on a core of its own, so a 2-core host 
 is ``python -m wam_gym.eval``'s, a random agent, results and records written on the driver. Each row prints
 episodes/hour from the first episode's start to the last one's end (actor start-up excluded, printed apart), and what
 the driver spent per episode: its CPU seconds (run loop, record writes, Ray calls) over the episodes run.
+Then the costs that bound a big cluster (a record's write; the broker host's CPU per model call of 300 kB from
+actors on other nodes) and, on paper, what they allow at 100 nodes of 16 actors (``--no-costs`` skips them).
 """
 
 from __future__ import annotations
@@ -105,6 +107,80 @@ def measure(nodes: int, args, work: Path) -> dict:
             "driver_cpu_ms_per_episode": 1000 * driver_s / episodes}
 
 
+class MeteredHost:
+    """BrokerHost with its process's and its dispatcher's CPU seconds (made a subclass where Ray is imported)."""
+
+    def cpu_s(self) -> tuple[float, float]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime, self.broker.dispatcher_cpu_s()
+
+
+class Caller:
+    """A rollout actor's model calls, alone: ``n`` calls of two 224-pixel cameras through a GateClient."""
+
+    def calls(self, host, actor_id: int, n: int) -> None:
+        import numpy as np
+
+        from wam_gym.eval.ray_broker import GateClient
+
+        client, rng = GateClient(host, actor_id, 8), np.random.default_rng(actor_id)
+        obs = {"pixels": {c: rng.integers(0, 255, (224, 224, 3), np.uint8) for c in ("a", "b")},
+               "state": np.zeros(8, np.float32), "instruction": "x"}
+        for _ in range(n):
+            client.predict_row(obs)
+
+
+def measure_costs(calls: int = 300) -> dict:
+    """The per-episode and per-call costs that bound a big cluster: a record's write on the driver, and the broker
+    host's CPU per model call from 4 actors on 2 other nodes (a model that answers at once)."""
+    import functools
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from bench.standin import SleepPolicy
+    from wam_gym.broker import BrokerConfig
+    from wam_gym.eval.ray_broker import BrokerHost
+    from wam_gym.eval.results import EpisodeRecord, ResultStore
+
+    store, start = ResultStore(tempfile.mkdtemp(prefix="wam-records-")), time.perf_counter()
+    for trial in range(calls):
+        store.write(EpisodeRecord(task="wam_gym/MetaWorld-reach-v3", trial=trial, seed=trial, success=True, steps=100,
+                                  reward=1.0, model_calls=13, model_s=1.2, env_s=3.4))
+    write_ms = 1000 * (time.perf_counter() - start) / calls
+    shutil.rmtree(store.output_dir, ignore_errors=True)
+    with local_cluster(2, 2) as (cluster, _):
+        ray.init(address=cluster.address, log_to_driver=False)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        host = ray.remote(type("Host", (MeteredHost, BrokerHost), {})).options(
+            num_cpus=0, max_concurrency=16, scheduling_strategy=here).remote(
+            functools.partial(SleepPolicy, 0.0, 0.0, 8), BrokerConfig(inference_batch_wait_ms=1.0,
+                                                                    torch_threads_per_worker=0))
+        callers = [ray.remote(num_cpus=1)(Caller).remote() for _ in range(4)]
+        ray.get([c.calls.remote(host, i, 3) for i, c in enumerate(callers)])  # placed, imported, attached
+        before, start = ray.get(host.cpu_s.remote()), time.perf_counter()
+        ray.get([c.calls.remote(host, i, calls) for i, c in enumerate(callers)])
+        wall, after = time.perf_counter() - start, ray.get(host.cpu_s.remote())
+        ray.get(host.close.remote())
+        ray.shutdown()
+    n = 4 * calls
+    return {"record_write_ms": write_ms, "calls_per_s": n / wall, "host_cpu_ms_per_call": 1000 * (after[0] - before[0]) / n,
+            "dispatcher_cpu_ms_per_call": 1000 * (after[1] - before[1]) / n}
+
+
+def paper_estimate(costs: dict, nodes: int = 100, actors: int = 16) -> list[str]:
+    """What limits ``nodes`` nodes of ``actors`` actors, from the measured costs: calls/s asked vs one host's."""
+    host_rate = 1000 / costs["host_cpu_ms_per_call"]
+    lines = [f"record write {costs['record_write_ms']:.2f} ms (one driver core: {1000 / costs['record_write_ms']:.0f} "
+             f"records/s); broker host {costs['host_cpu_ms_per_call']:.2f} ms CPU a call (dispatcher "
+             f"{costs['dispatcher_cpu_ms_per_call']:.2f}): one host core serves {host_rate:.0f} calls/s"]
+    for suite, step_s in (("LIBERO", 0.35), ("Meta-World", 0.025)):
+        asked = nodes * actors / (8 * step_s)  # a call every 8 steps
+        lines.append(f"{nodes} nodes x {actors} {suite} actors, replan 8: {asked:.0f} calls/s asked, "
+                     f"{asked / host_rate:.1f}x one host; one host keeps up with {host_rate * 8 * step_s / actors:.0f} nodes")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=("sleepbench", "metaworld"), default="sleepbench")
@@ -113,6 +189,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=64, help="episodes per run")
     parser.add_argument("--steps", type=int, default=40, help="steps per episode")
     parser.add_argument("--step-ms", type=float, default=50.0, help="the stand-in's sleep per step")
+    parser.add_argument("--no-costs", action="store_true", help="skip the per-call costs and the 100-node estimate")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="wam-cluster-bench-"))
     add_to_pythonpath(ROOT, install_standin(work / "site"))
@@ -124,6 +201,10 @@ def main() -> None:
         print(f"{r['nodes']:5d}  {r['actors']:6d}  {r['episodes']:8d}  {r['per_hour']:7.0f}  "
               f"{r['per_hour'] / base:15.2f}  {r['startup_s']:10.1f}  {r['driver_cpu_ms_per_episode']:16.1f}")
     print(json.dumps(rows))
+    if not args.no_costs:
+        costs = measure_costs()
+        print("\n".join(paper_estimate(costs)))
+        print(json.dumps(costs))
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -80,13 +80,18 @@ def cluster(standin):
 
 def test_a_model_serves_actors_on_every_node(cluster, tmp_path):
     """agent=python: the broker in its Ray actor on the driver's node, its model worker a process there; actors on
-    the worker nodes call it through the cluster. Same episodes as local actors calling a local broker."""
+    the worker nodes call it through the cluster. Same episodes as local actors calling a local broker; the videos
+    made on the worker nodes are in the driver's output dir."""
     running, _ = cluster
     python = ["EVALUATION.agent=python", "EVALUATION.policy=tests.example_policy:make_policy"]
     local = EvalManager(compose([*overrides(tmp_path / "local", backend="local"), *python])).run()
-    on_ray = EvalManager(compose([*overrides(tmp_path / "ray", running.address), *python])).run()
+    on_ray = EvalManager(compose([*overrides(tmp_path / "ray", running.address), *python,
+                                  "EVALUATION.eval_save_video=true"])).run()
     assert local["complete"] and on_ray["complete"]
     assert records(tmp_path / "ray") == records(tmp_path / "local")
+    videos = [json.loads(p.read_text())["video"] for p in (tmp_path / "ray" / "episodes").glob("*/*.json")]
+    assert len(videos) == TRIALS and all((tmp_path / "ray" / v).stat().st_size > 0 for v in videos)  # made on the
+    # actors' nodes, written on the driver
     assert on_ray["overall"]["cost"]["model_calls"] == local["overall"]["cost"]["model_calls"] > 0
     assert on_ray["broker"]["requests"] == local["overall"]["cost"]["model_calls"]
 

@@ -27,7 +27,7 @@ from typing import Any
 from wam_gym.eval.actor import ActorSpec, ManagerGone, episode_message, rollout_actor
 from wam_gym.eval.errors import EvalError
 from wam_gym.eval.tasks import Job
-from wam_gym.utils.publish import atomic_write
+from wam_gym.utils.publish import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,8 @@ class RayActorPool:
             return []
         messages, videos = value
         for relative, data in videos.items():  # before the record that names it is kept
-            atomic_write(self.output_dir / relative, lambda f, data=data: f.write(data))
+            with atomic_path(self.output_dir / relative, suffix=".tmp.mp4") as temp:  # a killed run's: removed
+                temp.write_bytes(data)
         return messages
 
     def reap(self) -> tuple[list[Job | None], list[tuple[str, int, Any]]]:
