@@ -98,12 +98,6 @@ def header_doc(suite: Suite) -> str:
     return inspect.getdoc(header_module(suite)) or ""
 
 
-def plugin_errors() -> tuple[str, ...]:
-    """Why each suite plugin that failed to load was skipped, one line each."""
-    _load()
-    return tuple(_plugin_errors.values())
-
-
 def all_env_ids() -> dict[str, Suite]:
     return {i: s for s in suites() for i in s.env_kwargs}
 

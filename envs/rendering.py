@@ -136,3 +136,13 @@ class MujocoCameras:
         if self._renderer is not None:
             self._finalizer()
             self._renderer = None
+
+
+def robosuite_cameras(env, cameras, height: int, width: int) -> MujocoCameras:
+    """A camera rig on a robosuite env's MuJoCo model (LIBERO's envs are robosuite's); a camera the model lacks
+    closes the env first, so a constructor that fails leaks no simulator."""
+    try:
+        return MujocoCameras(env.sim.model._model, cameras, height, width)
+    except ValueError:
+        env.close()
+        raise

@@ -36,6 +36,32 @@ def fresh_python():
     return run_python
 
 
+def check_registered_env(env_id: str, skip_render_check: bool = False, **kwargs) -> None:
+    """Gymnasium's env checker on ``gymnasium.make(env_id, **kwargs)``: the suite tests' shared body."""
+    import gymnasium
+    from gymnasium.utils.env_checker import check_env
+
+    env = gymnasium.make(env_id, **kwargs)
+    try:
+        check_env(env.unwrapped, skip_render_check=skip_render_check)
+    finally:
+        env.close()
+
+
+def made_without_importing_envs(env_id: str, camera: str, **kwargs) -> str:
+    """``gymnasium.make(env_id, **kwargs)`` and a reset in a fresh interpreter that never imports ``envs`` (the
+    entry point does): prints ``camera``'s frame shape, the reset's info keys and whether ``envs`` got imported."""
+    out = run_python(
+        "import sys, gymnasium\n"
+        f"env = gymnasium.make({env_id!r}, **{kwargs!r})\n"
+        "obs, info = env.reset(seed=0)\n"
+        f"print(obs['pixels'][{camera!r}].shape, sorted(info), 'envs' in sys.modules)\n"
+        "env.close()\n"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
 @pytest.fixture
 def train_two_steps(tmp_path):
     """``train_two_steps(dataset_root, camera)``: python -m training's loop, two steps of the tiny WAM on

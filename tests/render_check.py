@@ -1,6 +1,7 @@
-"""Render-everything against render-needed (issue 41): the same seed gives the same episode.
+"""The rendering checks every suite's tests share, each run in the suite's own venv.
 
-Every suite's test calls :func:`assert_render_needed_is_identical` in the suite's own venv. The
+Render-everything against render-needed (issue 41): the same seed gives the same episode.
+Every suite's test calls :func:`assert_render_needed_is_identical`. The
 stand-in model reads every pixel it is sent (its actions are a function of each camera's mean
 and the state), so a black or stale frame reaching it would change the actions, and with them
 the rewards, the success and the step count. Numpy only: the suites' venvs have no model.
@@ -71,3 +72,24 @@ def assert_render_needed_is_identical(env_id: str, *, seed: int = 0, steps: int 
     # ends the episode on a replan step: the runner cannot know that nobody will read it)
     assert every["calls"] <= needed["renders"] <= every["calls"] + 1, (needed["renders"], every["calls"])
     return needed
+
+
+def assert_robosuite_cameras_upright(env, up) -> None:
+    """Segmentation in a robosuite env's own frames (LIBERO's too): the table low in agentview, the fingers at the
+    bottom of the wrist view, and the gripper moving up in agentview while ``up`` (an action) raises it."""
+    from envs.rendering import geoms_of_bodies
+
+    env.reset(seed=0)
+    model, data = env._sim.sim.model._model, env._sim.sim.data._data
+    gripper, table = geoms_of_bodies(model, "gripper0"), geoms_of_bodies(model, "table")
+
+    def rows(camera, geoms):
+        return env._camera_rig.mean_row(data, camera, geoms)
+
+    assert rows("agentview", table) > env.height / 2
+    assert rows("robot0_eye_in_hand", gripper) > env.height / 2
+    before, z0 = rows("agentview", gripper), env._sim_state()[2]
+    for _ in range(5):  # a few cm: more leaves the frame
+        env.step(up)
+    assert env._sim_state()[2] > z0 + 0.02  # it did rise
+    assert rows("agentview", gripper) < before - 3

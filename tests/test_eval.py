@@ -502,8 +502,8 @@ def test_imagination_score_off_computes_nothing(tmp_path, tiny_ckpt):
         m = manager(**off)
         assert m.plan.imagination is None and m.plan.actor_spec().imagination is None
     assert policy_factory(manager().plan.config.EVALUATION, 0, None, None).args[1].visualize_future_video is False
-    assert manager(visualize_future_video=True).imagination is not None  # null: on when the frames are decoded anyway
-    assert manager(imagination_score=True).config.EVALUATION.inference().visualize_future_video is True
+    assert manager(visualize_future_video=True).plan.imagination is not None  # null: on when the frames are decoded anyway
+    assert manager(imagination_score=True).plan.config.EVALUATION.inference().visualize_future_video is True
     with pytest.raises(ValueError, match="video_mode=joint"):
         manager(imagination_score=True, video_mode="action_only")
     with pytest.raises(ValueError, match="imagination_score"):

@@ -269,7 +269,8 @@ def test_compare_refuses_a_run_under_another_protocol(tmp_path, capsys):
 
     ours, theirs = run_dir(tmp_path, "ours", None), run_dir(tmp_path, "theirs", FASTWAM)
     with pytest.raises(ValueError, match=r"ran under different protocols, so their episodes are not the same episodes: "
-                                         r'EVALUATION\.seed is in A \(\S+\) 0, in B \(\S+\) 42 \(and 6 more: env_kwargs, protocol, '):
+                                         r"EVALUATION\.seed is in A \(\S+\) 0, in B \(\S+\) 42 "
+                                         r"\(and 6 more: env_kwargs, protocol, "):
         compare(ours, theirs)
     assert main([str(theirs), str(ours)]) == 2
     assert "ran under different protocols" in capsys.readouterr().err

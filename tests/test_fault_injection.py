@@ -30,7 +30,7 @@ pytest.importorskip("metaworld")
 from fault_actors import FAULTS_ENV, faulty_actor_main  # noqa: E402
 
 from wam_gym.eval import actor as actor_module  # noqa: E402
-from wam_gym.eval import manager as manager_module  # noqa: E402
+from wam_gym.eval import actor_pool as actor_pool_module  # noqa: E402
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig  # noqa: E402
 from wam_gym.eval.manager import EvalError, EvalManager  # noqa: E402
 from wam_gym.eval.results import EpisodeRecord, ResultStore  # noqa: E402
@@ -192,7 +192,7 @@ def faults(monkeypatch):
     """Run the spawned actors as faulty_actor_main with the given faults."""
 
     def set_faults(**named):
-        monkeypatch.setattr(manager_module, "actor_main", faulty_actor_main)
+        monkeypatch.setattr(actor_pool_module, "actor_main", faulty_actor_main)
         monkeypatch.setenv(FAULTS_ENV, json.dumps({k: list(v) for k, v in named.items()}))
 
     return set_faults

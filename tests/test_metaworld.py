@@ -6,12 +6,12 @@ import pytest
 metaworld = pytest.importorskip("metaworld")
 
 import gymnasium  # noqa: E402
-from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 import envs  # noqa: E402
 from agents import MetaWorldExpertAgent, RandomAgent  # noqa: E402
 from envs.metaworld import INSTRUCTIONS, SUITE, TASKS  # noqa: E402
 from envs.rendering import geoms_of_bodies  # noqa: E402
+from tests.conftest import check_registered_env  # noqa: E402
 from wam_gym.eval.rollout import run_episodes  # noqa: E402
 
 PICK_PLACE = "wam_gym/MetaWorld-pick-place-v3"
@@ -47,9 +47,7 @@ def test_observation_contract_at_configured_resolution():
 # One task in the quick run (make test-fast), all 50 (a few seconds each) in make test.
 @pytest.mark.parametrize("task", [t if t == "pick-place" else pytest.param(t, marks=pytest.mark.slow) for t in TASKS])
 def test_gymnasium_env_checker(task):
-    env = gymnasium.make(f"wam_gym/MetaWorld-{task}-v3", render_mode="rgb_array")
-    check_env(env.unwrapped, skip_render_check=False)
-    env.close()
+    check_registered_env(f"wam_gym/MetaWorld-{task}-v3", render_mode="rgb_array")
 
 
 def test_seeded_resets_are_reproducible():

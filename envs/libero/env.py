@@ -115,7 +115,7 @@ class LiberoEnv(SuiteEnv):
                              f"default {SETTLE_STEPS}), got {settle_steps!r}")
         self.settle_steps = int(settle_steps)
         self.settle_action = _settle_action(settle_action)
-        from envs.rendering import MujocoCameras, select_gl_backend
+        from envs.rendering import robosuite_cameras, select_gl_backend
 
         select_gl_backend()  # before mujoco is imported
         task, self._init_states, self._sim = _make_sim(benchmark_name, task_id)
@@ -133,11 +133,7 @@ class LiberoEnv(SuiteEnv):
             render_mode=render_mode,
             lazy_pixels=lazy_pixels,
         )
-        try:
-            self._camera_rig = MujocoCameras(self._sim.sim.model._model, self.cameras, self.height, self.width)
-        except ValueError:
-            self._sim.close()
-            raise
+        self._camera_rig = robosuite_cameras(self._sim, self.cameras, self.height, self.width)
         self._sim_obs: dict[str, np.ndarray] = {}
         self.init_state_id = 0
 

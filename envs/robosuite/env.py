@@ -69,16 +69,12 @@ class RobosuiteEnv(SuiteEnv):
             render_mode=render_mode,
             lazy_pixels=lazy_pixels,
         )
-        from envs.rendering import MujocoCameras, select_gl_backend
+        from envs.rendering import robosuite_cameras, select_gl_backend
 
         select_gl_backend()  # before mujoco is imported
         self.task = task
         self._sim = _make_sim(task, reward_shaping, horizon=_STEPS.get(task, MAX_EPISODE_STEPS) + 1)
-        try:
-            self._camera_rig = MujocoCameras(self._sim.sim.model._model, self.cameras, self.height, self.width)
-        except ValueError:
-            self._sim.close()
-            raise
+        self._camera_rig = robosuite_cameras(self._sim, self.cameras, self.height, self.width)
         self._sim_obs: dict[str, np.ndarray] = {}
 
     def _sim_reset(self, seed: int | None, options: dict[str, Any]) -> None:

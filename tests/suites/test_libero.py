@@ -15,12 +15,11 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 from envs.errors import MissingAssetsError
 from envs.libero import BDDL_INSTRUCTION_SUITES, PRO_BASES, PRO_PERTURBATIONS, SUITES
 from envs.libero.env import LiberoEnv
-from envs.rendering import geoms_of_bodies
+from tests.conftest import check_registered_env, made_without_importing_envs
 from wam_gym.eval.tasks import BENCHMARK_TASK_SETS, TASK_SETS, parse_task, resolve_tasks
 from wam_gym.serve.launch import launched, stop
 
@@ -99,23 +98,9 @@ def test_instructions_and_task_ids_cover_each_suite():
 
 
 def test_cameras_are_upright(spatial):
-    """Segmentation in the env's own frames: table low in agentview, a raised gripper moves up,
-    the fingers sit at the bottom of the wrist view."""
-    env = spatial.unwrapped
-    env.reset(seed=0)
-    model, data = env._sim.sim.model._model, env._sim.sim.data._data
-    gripper, table = geoms_of_bodies(model, "gripper0"), geoms_of_bodies(model, "table")
+    from tests.render_check import assert_robosuite_cameras_upright
 
-    def rows(camera, geoms):
-        return env._camera_rig.mean_row(data, camera, geoms)
-
-    assert rows("agentview", table) > env.height / 2
-    assert rows("robot0_eye_in_hand", gripper) > env.height / 2
-    before, z0 = rows("agentview", gripper), env._sim_state()[2]
-    for _ in range(5):
-        env.step(UP)
-    assert env._sim_state()[2] > z0 + 0.02  # it did rise
-    assert rows("agentview", gripper) < before - 3
+    assert_robosuite_cameras_upright(spatial.unwrapped, UP)
 
 
 def test_init_states_fix_episodes(spatial):
@@ -147,21 +132,12 @@ CHECKED_PRO = [f"Pro-{base}-{perturbation}" for base, perturbation in zip(PRO_BA
 
 @pytest.mark.parametrize("suite", [n for n in SUITES if n not in PRO] + CHECKED_PRO)
 def test_gymnasium_env_checker(suite):
-    env = gymnasium.make(f"wam_gym/LIBERO-{suite}-v0", task_id=0, render_mode="rgb_array", image_size=64)
-    check_env(env.unwrapped, skip_render_check=False)
-    env.close()
+    check_registered_env(f"wam_gym/LIBERO-{suite}-v0", task_id=0, render_mode="rgb_array", image_size=64)
 
 
-def test_make_needs_no_import_of_envs(fresh_python):
-    out = fresh_python(
-        "import sys, gymnasium\n"
-        f"env = gymnasium.make({SPATIAL!r}, task_id=1, image_size=32)\n"
-        "obs, info = env.reset(seed=0)\n"
-        "print(obs['pixels']['robot0_eye_in_hand'].shape, info['init_state_id'], 'envs' in sys.modules)\n"
-        "env.close()\n"
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "(32, 32, 3) 0 True" in out.stdout
+def test_make_needs_no_import_of_envs():
+    out = made_without_importing_envs(SPATIAL, "robot0_eye_in_hand", task_id=1, image_size=32)
+    assert "(32, 32, 3) " in out and "'init_state_id'" in out and out.strip().endswith("True")
 
 
 def test_bad_inputs_give_clear_errors(spatial):

@@ -7,10 +7,9 @@ import pytest
 pytest.importorskip("robosuite")
 
 import gymnasium  # noqa: E402
-from gymnasium.utils.env_checker import check_env  # noqa: E402
 
-from envs.rendering import geoms_of_bodies  # noqa: E402
 from envs.robosuite import INSTRUCTIONS, SUITE, TASKS  # noqa: E402
+from tests.conftest import check_registered_env, made_without_importing_envs
 
 LIFT = "wam_gym/Robosuite-Lift-v0"
 UP = np.array([0, 0, 0.5, 0, 0, 0, -1], np.float32)  # +z at half scale, gripper open
@@ -54,24 +53,9 @@ def test_image_size_and_cameras_are_configurable():
 
 
 def test_cameras_are_upright(lift):
-    """Segmentation in the env's own frames: table low in agentview, a raised gripper moves up,
-    the fingers sit at the bottom of the wrist view."""
-    env = lift.unwrapped
-    env.reset(seed=0)
-    model, data = env._sim.sim.model._model, env._sim.sim.data._data
-    gripper, table = geoms_of_bodies(model, "gripper0"), geoms_of_bodies(model, "table")
+    from tests.render_check import assert_robosuite_cameras_upright
 
-    def rows(camera, geoms):
-        return env._camera_rig.mean_row(data, camera, geoms)
-
-    assert rows("agentview", table) > env.height / 2
-    assert rows("robot0_eye_in_hand", gripper) > env.height / 2
-    before = rows("agentview", gripper)
-    z0 = env._sim_state()[2]
-    for _ in range(5):  # a few cm: more leaves the frame
-        env.step(UP)
-    assert env._sim_state()[2] > z0 + 0.02  # it did rise
-    assert rows("agentview", gripper) < before - 3
+    assert_robosuite_cameras_upright(lift.unwrapped, UP)
 
 
 def test_seeded_resets_are_reproducible(lift):
@@ -89,21 +73,12 @@ def test_seeded_resets_are_reproducible(lift):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_gymnasium_env_checker(task):
-    env = gymnasium.make(f"wam_gym/Robosuite-{task}-v0", render_mode="rgb_array", image_size=64)
-    check_env(env.unwrapped, skip_render_check=False)
-    env.close()
+    check_registered_env(f"wam_gym/Robosuite-{task}-v0", render_mode="rgb_array", image_size=64)
 
 
-def test_make_needs_no_import_of_envs(fresh_python):
-    out = fresh_python(
-        "import sys, gymnasium\n"
-        f"env = gymnasium.make({LIFT!r}, image_size=32)\n"
-        "obs, _ = env.reset(seed=0)\n"
-        "print(obs['pixels']['agentview'].shape, 'envs' in sys.modules)\n"
-        "env.close()\n"
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "(32, 32, 3) True" in out.stdout
+def test_make_needs_no_import_of_envs():
+    out = made_without_importing_envs(LIFT, "agentview", image_size=32)
+    assert out.startswith("(32, 32, 3) ") and out.strip().endswith("True")
 
 
 def test_bad_inputs_give_clear_errors(lift):
