@@ -9,7 +9,7 @@ process (seeds 0..n-1, the same for every cell, so cells pair) and prints:
 * jump: the mean norm of a_t - a_{t-1} at the steps where a new chunk took over (the boundary), beside the mean
   step change elsewhere (``step``): a jump well above ``step`` is a visible jerk at each switch.
 
-    python bench/realtime_chunking.py --ckpt outputs/demo/wam/checkpoint            # the demo WAM (make demo)
+    python bench/realtime_chunking.py --ckpt outputs/demo/train/checkpoint            # the demo WAM (make demo)
     python bench/realtime_chunking.py --ckpt ... --strategies rtc --delays 0 4 8 --episodes 2   # a part of it
 
 Runnable in parts (``--strategies``, ``--delays``, ``--tasks``, ``--episodes``); ``--json`` appends each cell's
@@ -78,7 +78,7 @@ def cell(policy, tasks, strategy: str, delay: int, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ckpt", required=True, help="the demo WAM's checkpoint (make demo: outputs/demo/wam/checkpoint)")
+    parser.add_argument("--ckpt", required=True, help="the demo WAM's checkpoint (make demo: outputs/demo/train/checkpoint)")
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
     parser.add_argument("--delays", nargs="+", type=int, default=list(range(9)), help="control steps per model call")
     parser.add_argument("--tasks", nargs="+", default=list(TASK_SETS["metaworld_demo"]))
