@@ -96,6 +96,19 @@ def test_a_model_serves_actors_on_every_node(cluster, tmp_path):
     assert on_ray["broker"]["requests"] == local["overall"]["cost"]["model_calls"]
 
 
+def test_a_hung_simulator_is_killed_and_its_episode_rerun(cluster, reference, tmp_path):
+    """A simulator that hangs in one episode (once): its actor, silent past EVALUATION.actor_stall_s, is killed and
+    the episode runs again on another actor; the records are the local run's."""
+    running, _ = cluster
+    hang = tmp_path / "hang"
+    hang.touch()
+    summary = EvalManager(compose([*overrides(tmp_path / "run", running.address), f"+env_kwargs.hang_file={hang}",
+                                   "EVALUATION.actor_stall_s=2"])).run()
+    assert not hang.exists() and summary["complete"]
+    assert summary["reruns"]["actors_stalled"] == 1 and summary["reruns"]["actor_lost"] == 1
+    assert records(tmp_path / "run") == reference
+
+
 def test_every_node_runs_episodes_and_a_lost_node_costs_none(cluster, reference, tmp_path):
     """One run, 3 nodes of 1 CPU: an actor placed on each; the third node killed once a record is written: its
     episode is rerun elsewhere, every episode recorded once, outcomes as the local run's."""

@@ -269,10 +269,10 @@ def actor_main(actor_id: int, spec: ActorSpec, jobs, results, client) -> None:
         actor.close()
 
 
-def rollout_actor(actor_id: int, spec: ActorSpec, client, tell) -> _Actor:
+def rollout_actor(actor_id: int, spec: ActorSpec, client, tell, beat) -> _Actor:
     """An actor run by another host than actor_main (a Ray actor: wam_gym/eval/ray_actor_pool.py); ``tell`` gets
-    the messages it sends besides its episodes' (what each new env is)."""
-    return _Actor(actor_id, spec, client, tell=tell)
+    the messages it sends besides its episodes' (what each new env is), ``beat`` is called on its progress."""
+    return _Actor(actor_id, spec, client, beat=beat, tell=tell)
 
 
 def episode_message(actor: _Actor, actor_id: int, job: Job) -> tuple[str, int, Any]:

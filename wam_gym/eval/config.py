@@ -14,6 +14,7 @@ flat, as before (``EVALUATION.num_inference_steps``, ``EVALUATION.num_trials``).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,8 @@ class MultirunConfig(ModelWorkersConfig):
         super().__post_init__()
         if self.actor_backend not in ACTOR_BACKENDS:
             raise ValueError(f"MULTIRUN.actor_backend={self.actor_backend!r}: choose one of {ACTOR_BACKENDS}")
+        if self.actor_backend == "ray" and importlib.util.find_spec("ray") is None:
+            raise ValueError("MULTIRUN.actor_backend=ray needs Ray on every node: pip install 'wam_gym[ray]'")
         if self.actor_backend != "ray" and (self.num_actors is not None or self.actor_resources):
             raise ValueError("MULTIRUN.num_actors and MULTIRUN.actor_resources place Ray actors: add "
                              "MULTIRUN.actor_backend=ray, or drop them (env_num_per_worker sets the local actors)")

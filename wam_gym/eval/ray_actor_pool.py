@@ -24,12 +24,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from wam_gym.eval.actor import ActorSpec, ManagerGone, episode_message, rollout_actor
 from wam_gym.eval.errors import EvalError
 from wam_gym.eval.tasks import Job
 from wam_gym.utils.publish import atomic_path
 
 logger = logging.getLogger(__name__)
+
+STALL_CHECK_S = 5.0  # how often busy actors are asked for their progress (EVALUATION.actor_stall_s)
 
 
 class ActorStartFailed(EvalError):
@@ -46,23 +50,32 @@ class RayRolloutActor:
         self.videos = Path(tempfile.mkdtemp(prefix="wam-videos-")) if spec.save_video else None
         if self.videos is not None:
             spec = replace(spec, output_dir=str(self.videos))
-        self.actor = rollout_actor(actor_id, spec, client, tell=self.told.append)
+        self.seen = time.monotonic()  # its last progress: an env step, a model call's wait, a job's start
+        self.actor = rollout_actor(actor_id, spec, client, tell=self.told.append, beat=self._beat)
+
+    def _beat(self) -> None:
+        self.seen = time.monotonic()
+
+    @ray.method(concurrency_group="progress")
+    def idle_s(self) -> float:
+        """Seconds since its last progress, answered beside a running episode (a thread of its own; the episodes'
+        calls all run in one other thread, where their envs' GL contexts live)."""
+        return time.monotonic() - self.seen
 
     def ready(self) -> str:
         """The id of the node this actor runs on."""
-        import ray
-
         return ray.get_runtime_context().get_node_id()
 
     def run(self, job: Job) -> tuple[list[tuple[str, int, Any]], dict[str, bytes]]:
         """The episode's messages as a local actor sends them (what each new env is, then done/retry/error), and
         its video's bytes by their path under the output dir."""
+        self._beat()
         try:
             message = episode_message(self.actor, self.actor_id, job)
         except ManagerGone:  # this node's raylet died under us: so do we, and the driver reruns the episode
             os._exit(1)
         told, self.told[:] = list(self.told), []
-        video = getattr(message[2], "video", None) if message[0] == "done" else None
+        video = message[2].video if message[0] == "done" else None  # an EpisodeRecord
         videos = {video: (self.videos / video).read_bytes()} if video and self.videos is not None else {}
         for relative in videos:
             (self.videos / relative).unlink()
@@ -81,14 +94,13 @@ class _Handle:
 class RayActorPool:
     """Rollout actors as Ray actors: the local ActorPool's methods, for the same run loop."""
 
-    def __init__(self, spec: ActorSpec, config, output_dir: Path, broker=None):
-        import ray
-
+    def __init__(self, spec: ActorSpec, config, output_dir: Path, broker=None, stall_s: float | None = None):
         self.ray, self.spec, self.config, self.output_dir, self.broker = ray, spec, config, output_dir, broker
-        self._cls = ray.remote(RayRolloutActor)
+        self.stall_s, self._checked = stall_s, time.monotonic()
+        self._cls = ray.remote(concurrency_groups={"progress": 1})(RayRolloutActor)  # idle_s beside run()
         self.actors: dict[int, _Handle] = {}
         self._ids = itertools.count()
-        self.stalled = 0  # Ray watches the nodes; no actor is killed here for making no progress
+        self.stalled = 0  # actors killed for making no progress (EVALUATION.actor_stall_s)
         self.lost_nodes: set[str] = set()  # nodes whose actors died under them
 
     def spawn(self) -> int:
@@ -146,8 +158,29 @@ class RayActorPool:
                 temp.write_bytes(data)
         return messages
 
+    def _kill_stalled(self) -> None:
+        """Every STALL_CHECK_S (or half of ``stall_s``): an actor with a job and no progress for ``stall_s`` (or
+        that cannot even say so: a stopped process) is killed; reap() then hands its job back as a dead actor's."""
+        every = min(STALL_CHECK_S, (self.stall_s or 0) / 2)
+        if not self.stall_s or time.monotonic() - self._checked < every:
+            return
+        self._checked = time.monotonic()
+        busy = {i: a for i, a in self.actors.items() if a.job is not None and not a.dead}
+        asked = {a.handle.idle_s.remote(): i for i, a in busy.items()}
+        answered, _ = self.ray.wait(list(asked), num_returns=len(asked), timeout=every) if asked else ([], [])
+        idle = {asked[ref]: _value_or_none(self.ray, ref) for ref in answered}
+        for actor_id, actor in busy.items():
+            seconds = idle.get(actor_id, float("inf"))  # no answer: the whole process is stuck
+            if seconds is not None and seconds > self.stall_s:
+                logger.warning("rollout actor %d made no progress in %s trial %d for over %g s (EVALUATION."
+                               "actor_stall_s); killing it, the episode will be retried", actor_id,
+                               actor.job.task.name, actor.job.trial, self.stall_s)
+                actor.dead = True
+                self.stalled += 1
+
     def reap(self) -> tuple[list[Job | None], list[tuple[str, int, Any]]]:
         """Remove dead actors, killed for good (a node that comes back must not revive them): the jobs they held."""
+        self._kill_stalled()
         lost = []
         for actor_id, actor in list(self.actors.items()):
             if actor.dead:
@@ -182,9 +215,14 @@ class RayActorPool:
 
 def ray_actor_count(config) -> int:
     """MULTIRUN.num_actors, or (null) as many actors as the cluster's CPUs hold at the run's start."""
-    import ray
-
     return config.num_actors or max(1, int(ray.cluster_resources().get("CPU", 0) / config.actor_cpus))
+
+
+def _value_or_none(ray, ref) -> float | None:
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayActorError:  # dead meanwhile (its node, say): the next poll says so, no stall
+        return None
 
 
 def _last_line(exc: BaseException) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from agents.policy import ModelCost
 from agents.predictor import Predictor
 from envs.protocol import batch_size
-from wam_gym.broker import BrokerError, InferenceBroker
+from wam_gym.broker import CLIENT_WAIT_SLICE_S, BrokerError, InferenceBroker
 
 HOST_THREADS = 8  # the host's threads beyond one per rollout actor: the run loop's checks, forgets, stats
 
@@ -47,7 +47,7 @@ class BrokerHost:
         """``method`` (predict, predict_row) of the actor's link with its seeds; the answer and what it cost."""
         client = self._client(actor_id)
         before = (client.cost.model_s or 0.0, client.cost.denoise_steps or 0)
-        answer = getattr(client, method)(obs, seeds)
+        answer = {"predict": client.predict, "predict_row": client.predict_row}[method](obs, seeds)
         after = client.cost
         model_s = None if after.model_s is None else after.model_s - before[0]
         return answer, model_s, None if after.denoise_steps is None else after.denoise_steps - before[1]
@@ -98,8 +98,12 @@ class GateClient(Predictor):
     def _call(self, method: str, obs, seeds):
         import ray
 
+        ref = self.host.call.remote(self.actor_id, method, obs, seeds)
+        while not ray.wait([ref], timeout=CLIENT_WAIT_SLICE_S)[0]:
+            if self.on_wait is not None:  # waiting for the model is no stall of the actor's
+                self.on_wait()
         # a broker error (EpisodeLost, a failed model call) comes back as itself (Ray's RayTaskError subclasses it)
-        answer, model_s, denoise_steps = ray.get(self.host.call.remote(self.actor_id, method, obs, seeds))
+        answer, model_s, denoise_steps = ray.get(ref)
         self.cost.add(model_s, denoise_steps)
         return answer
 

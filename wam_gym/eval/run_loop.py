@@ -205,6 +205,6 @@ def actor_pool(ctx, spec, broker: InferenceBroker | None, plan: EvalPlan) -> tup
     if mr.actor_backend == "ray":
         from wam_gym.eval.ray_actor_pool import RayActorPool, ray_actor_count
 
-        return RayActorPool(spec, mr, plan.output_dir, broker), ray_actor_count(mr)
+        return RayActorPool(spec, mr, plan.output_dir, broker, plan.config.EVALUATION.actor_stall_s), ray_actor_count(mr)
     workers = len(broker.devices) if broker else mr.workers_per_gpu * max(1, mr.num_gpus)
     return ActorPool(ctx, spec, broker, plan.config.EVALUATION.actor_stall_s), workers * mr.env_num_per_worker
