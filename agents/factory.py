@@ -73,7 +73,9 @@ def check_strategy(strategy: str, kind: str, policy: Policy | None = None) -> No
     """Refuse a real-time strategy the agent's model cannot do: rtc needs a flow-matching WAM's sampler."""
     if strategy != "rtc":
         return
-    if kind != "wam" or (policy is not None and not getattr(policy, "realtime_chunking", False)):
+    from agents.wam.policy import WAMPolicy  # a flow-matching sampler that takes a committed prefix (agents/rtc.py)
+
+    if kind != "wam" or (policy is not None and not isinstance(policy, WAMPolicy)):
         who = type(policy).__name__ if policy is not None else f"EVALUATION.agent={kind}"
         raise ValueError(f"EVALUATION.realtime_strategy=rtc guides a flow-matching WAM's sampler with the committed "
                          f"actions; {who} has no such sampler: use agent=wam, or realtime_strategy=hold|naive|ensemble")

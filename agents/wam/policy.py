@@ -41,8 +41,6 @@ class NonFiniteOutputError(RuntimeError):
 
 
 class WAMPolicy(ABC):
-    realtime_chunking = True  # its sampler continues a committed prefix (agents/rtc.py): EVALUATION.realtime_strategy=rtc
-
     def __init__(
         self,
         model: WAMModel,

@@ -48,8 +48,6 @@ MAX_EPISODES = 64  # the most episodes a worker holds at once, however much memo
 class LingBotVAPolicy(EpisodicPolicy):
     """Their model, VAE and text encoder, one input convention, and the episodes in flight."""
 
-    realtime_chunking = True  # its sampler continues a committed prefix (agents/rtc.py): EVALUATION.realtime_strategy=rtc
-
     def __init__(self, model, vae, prompts: PromptEncoder, config: LingBotVAConfig, inputs: LingBotVAInputs,
                  max_episodes: int = MAX_EPISODES, realtime: rtc.RTCConfig | None = None):
         """``realtime``: real-time chunking's knobs, for calls that carry a committed prefix (agents/rtc.py)."""
