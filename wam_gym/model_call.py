@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.rtc import RTCConfig
 from agents.wam.compile import CompileConfig
 from agents.wam.inference_config import KNOBS, InferenceConfig, SamplerConfig
 from wam_gym.broker import BROKER_RANGES, BrokerConfig
@@ -44,6 +45,10 @@ class ModelCallConfig:
     inference_cross_kv_reuse: bool = InferenceConfig.inference_cross_kv_reuse  # text K/V once per call (same outputs)
     visualize_future_video: bool = InferenceConfig.visualize_future_video  # decode the predicted future frames
     future_video: str = InferenceConfig.future_video  # sample | expected: which predicted future is decoded
+    # real-time chunking (EVALUATION.realtime_strategy=rtc; agents/rtc.py), the paper's defaults: the guidance weight's clip
+    rtc_max_guidance_weight: float = RTCConfig.max_guidance_weight
+    rtc_schedule: str = RTCConfig.schedule  # the soft mask past the committed actions: exp (the paper's) | linear | ones | zeros
+    rtc_execution_horizon: int | None = RTCConfig.execution_horizon  # last s actions free; null: past the old chunk's end
     # torch.compile of the denoiser
     torch_compile: bool = CompileConfig.enabled  # torch.compile the denoiser (first call compiles)
     torch_compile_mode: str | None = CompileConfig.mode  # torch.compile mode; reduce-overhead may use CUDA graphs
@@ -82,6 +87,8 @@ MODEL_CALL_RANGES = {  # every numeric ModelCallConfig knob (tests/test_config_s
     "num_inference_steps": Range(1, 1000, note="denoising steps per call"),
     "shift": Range(0, open_low=True, integer=False, null="the model's own"),
     "seed": Range(0, 2**31 - 1, note="trial k uses seed + k"),
+    "rtc_max_guidance_weight": Range(0, 1000, open_low=True, integer=False, note="the paper's 5"),
+    "rtc_execution_horizon": Range(0, 100_000, null="the actions past the current chunk's end"),
 }
 MODEL_WORKERS_RANGES = {**BROKER_RANGES, "prompt_cache_size": Range(0, 1_000_000, note="0: no cache")}
 

@@ -82,11 +82,12 @@ class InferenceConfig:
         unknown = sorted(set(knobs) - set(KNOBS))
         if unknown:
             raise TypeError(f"unknown inference knob(s) {unknown}; known: {sorted(KNOBS)}")
-        groups: dict[str | None, dict[str, Any]] = {None: {}, "sampler": {}, "compile": {}}
+        groups: dict[str | None, dict[str, Any]] = {None: {}, "sampler": {}, "compile": {}, "rtc": {}}
         for name, value in knobs.items():
             group, key = KNOBS[name]
             groups[group][key] = value
-        return cls(sampler=SamplerConfig(**groups["sampler"]), compile=CompileConfig(**groups["compile"]), **groups[None])
+        return cls(sampler=SamplerConfig(**groups["sampler"]), compile=CompileConfig(**groups["compile"]),
+                   rtc=RTCConfig(**groups["rtc"]), **groups[None])
 
 
 # EasyWAM's flat knob names (EVALUATION.<name>) -> (group of InferenceConfig or None, field there).
@@ -105,4 +106,7 @@ KNOBS: dict[str, tuple[str | None, str]] = {
     "torch_compile_options": ("compile", "options"),
     "torch_compile_batch_sizes": ("compile", "batch_sizes"),
     "seed": (None, "seed"),
+    "rtc_max_guidance_weight": ("rtc", "max_guidance_weight"),
+    "rtc_schedule": ("rtc", "schedule"),
+    "rtc_execution_horizon": ("rtc", "execution_horizon"),
 }
