@@ -142,7 +142,7 @@ class Demo:
     def _world_model_eval_command(self) -> list[str]:
         """world_model_eval on the demo's tasks, step limit and sampler, with the demo's WAM as ``{wam}``."""
         c, wm = self.config, self.out / "world_model"
-        command = [sys.executable, "-m", "wam_gym.world_model.evaluate", "--world-model", str(wm / "train" / "checkpoint"),
+        command = [sys.executable, "-m", "wam_gym.world_model", "--world-model", str(wm / "train" / "checkpoint"),
                    "--detector", str(wm / "detector"), "--output", str(wm / "eval"), "--trials", str(c.world_model.trials),
                    "--steps", str(c.max_episode_steps), "--detector-episodes", str(c.world_model.detector_episodes),
                    "--inference-steps", str(c.inference_steps), "--shift", str(c.shift),
