@@ -18,7 +18,6 @@ import itertools
 import logging
 import math
 import os
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from fractions import Fraction
@@ -31,10 +30,11 @@ import numpy as np
 from wam_gym.utils.publish import atomic_path
 
 log = logging.getLogger(__name__)
-# imageio-ffmpeg starts ffmpeg with a preexec_fn, which CPython's subprocess docs call unsafe while other threads
-# run: two encoder threads (a dataset's cameras) starting ffmpeg at once left both forked children stuck on a lock
-# before exec, and the writer waiting on them forever. One start at a time; the encoding itself runs in parallel.
-_FFMPEG_START = threading.Lock()
+# imageio-ffmpeg starts ffmpeg with preexec_fn=os.setpgrp (to keep Ctrl-C from ffmpeg), Python run in the forked
+# child, which CPython's subprocess docs call unsafe beside other threads: with encoder threads (a dataset's cameras)
+# and pyarrow's jemalloc thread running, a child stuck on a lock before exec and the writer waited forever. Its
+# switch turns that off (imageio-ffmpeg #58, the same hang); a Ctrl-C then reaches ffmpeg too, which only stops it.
+os.environ.setdefault("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
 _RGB = "pass RGB images, one (H, W, 3) array per frame (grey ones: np.stack([x] * 3, -1))"
 _TO_UINT8 = "convert with (np.clip(x, 0, 1) * 255).astype(np.uint8) for [0, 1] floats"
 
@@ -194,8 +194,7 @@ def _encode(tmp: str, first: np.ndarray, rest: Iterator[np.ndarray], fps: float,
     # Not `with`: imageio's writer skips close() when the block raises, which leaves ffmpeg
     # running to (re)create the temp file after we have deleted it.
     try:
-        with _FFMPEG_START:
-            writer.append_data(first)  # starts ffmpeg
+        writer.append_data(first)
         for i, frame in enumerate(rest, start=1):
             writer.append_data(_check_frame(frame, i, first.shape))
     finally:
