@@ -58,7 +58,12 @@ def wait_for_records(output_dir, count: int) -> None:
 
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
-    add_to_pythonpath(ROOT, install_standin(tmp_path_factory.mktemp("plugins")))
+    """The stand-in plugin on this process's path for this module only (later tests' subprocesses never see it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "path", list(sys.path))
+        patch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        add_to_pythonpath(ROOT, install_standin(tmp_path_factory.mktemp("plugins")))
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ def test_gymnasium_make_needs_no_import(fresh_python):
         "print(sum(i.startswith('wam_gym/') for i in gymnasium.registry))\n"
     )
     assert proc.returncode == 0, proc.stderr
-    assert int(proc.stdout) == len(all_env_ids())
+    # Our namespace only: a plugin suite (the cluster tests' stand-in) may have joined this process's registry.
+    assert int(proc.stdout) == sum(i.startswith("wam_gym/") for i in all_env_ids())
 
 
 def test_importing_the_packages_has_no_side_effects(fresh_python):

@@ -8,9 +8,11 @@ resumed run draws the same noise an uninterrupted one would.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -63,11 +65,18 @@ class ResumableSampler(Sampler[int]):
         return max(0, math.ceil((self.size - self.rank) / self.world_size) - self.start)
 
 
-def _worker_init(threads: int):
-    def init(_worker_id: int) -> None:
-        torch.set_num_threads(threads)  # workers x threads is the CPU pressure, not workers alone
+def _set_worker_threads(threads: int, _worker_id: int) -> None:
+    torch.set_num_threads(threads)  # workers x threads is the CPU pressure, not workers alone
 
-    return init
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """Loader workers start from a forkserver, never forked from the training process: that process has threads
+    (the tensorboard writer, video decoders' pools, a dataset's encoder threads in a notebook) and a fork copies
+    whatever lock one of them held, so a worker could wait on it forever (seen as workers stuck in video decoding).
+    The server imports the clip pipeline once; each worker is forked from it, clean, in milliseconds."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "training.data.clips"])
+    return context
 
 
 def make_loader(clips, cfg: TrainConfig, sampler: ResumableSampler, device: torch.device) -> DataLoader:
@@ -77,10 +86,11 @@ def make_loader(clips, cfg: TrainConfig, sampler: ResumableSampler, device: torc
         batch_size=cfg.batch_size,
         sampler=sampler,
         num_workers=workers,
+        multiprocessing_context=_worker_context() if workers > 0 else None,
         prefetch_factor=cfg.dataloader_prefetch_factor if workers > 0 else None,
         persistent_workers=cfg.dataloader_persistent_workers and workers > 0,
         pin_memory=cfg.dataloader_pin_memory and device.type == "cuda",
-        worker_init_fn=_worker_init(cfg.dataloader_worker_threads) if workers > 0 else None,
+        worker_init_fn=functools.partial(_set_worker_threads, cfg.dataloader_worker_threads) if workers > 0 else None,
         drop_last=True,
     )
 

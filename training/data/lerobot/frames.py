@@ -28,6 +28,10 @@ class FrameReader:
         self.cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
         self._video_files: dict[tuple[str, int, int], Path] = {}  # (feature, chunk, file) -> its path, inside root
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The cache is per process: a loader worker starts with its own, empty, rather than a pickled copy of ours.
+        return {**self.__dict__, "cache": OrderedDict()}
+
     def check_camera(self, camera: str) -> None:
         if camera not in self.cameras:
             raise ValueError(f"camera {camera!r} is not in the dataset; it has {list(self.cameras)}")

@@ -145,7 +145,8 @@ class Mp4Stream:
                 self._queue.put(self._ABORT, timeout=5)
             except queue.Full:
                 return
-            self._thread.join(timeout=30)
+            if threading.current_thread() is not self._thread:  # the collector may run there
+                self._thread.join(timeout=30)
 
 
 class TimelineError(ValueError):

@@ -406,6 +406,11 @@ class _OpenFile:
         self.streams = {}
         self.rows, self.episodes, self.stats = [], [], []
 
+    def __del__(self) -> None:
+        # A writer dropped without finalize/abort (an error mid-convert): its encoder threads would wait for frames
+        # forever, and a process later forked with them idle inherits their state.
+        self.abort()
+
 
 def _episodes_table(rows: list[dict[str, Any]], stats: list[dict[str, dict[str, np.ndarray]]]) -> pa.Table:
     """The episodes parquet of one file: each episode's metadata row, then its per-feature stats."""
