@@ -297,6 +297,7 @@ CONFIG_ROOTS = (  # (command, anchor, "module:Class") of every config users type
 
 def config_page() -> str:
     from wam_gym.eval.config import EVALUATION_RANGES, MULTIRUN_RANGES
+    from wam_gym.remote.config import REMOTE_RANGES
     from wam_gym.serve.config import SERVE_RANGES
     from wam_gym.utils.ranges import table as ranges_table
 
@@ -312,7 +313,8 @@ def config_page() -> str:
                   table(("knob", "type", "default", "what it does"), rows)]
     parts += ["## Knob ranges", "Every numeric knob's allowed values, checked when the config is built: a value "
               "outside them is refused before any process starts, with a message naming the knob and its range.",
-              ranges_table({"EVALUATION": EVALUATION_RANGES, "MULTIRUN": MULTIRUN_RANGES, "SERVE": SERVE_RANGES})]
+              ranges_table({"EVALUATION": EVALUATION_RANGES, "MULTIRUN": MULTIRUN_RANGES, "REMOTE": REMOTE_RANGES,
+                            "SERVE": SERVE_RANGES})]
     return HEADER + "\n\n".join(parts) + "\n"
 
 

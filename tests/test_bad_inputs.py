@@ -244,15 +244,17 @@ def load_dir(name: str) -> Callable[[Ctx], object]:
 
 
 def eval_config(ctx: Ctx, ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym/MetaWorld-reach-v3",),
-                env_kwargs: dict | None = None, protocol: str | None = None, **evaluation):
+                env_kwargs: dict | None = None, protocol: str | None = None, remote: dict | None = None, **evaluation):
     """As the command line composes it: the protocol group's settings (if one is named), then these overrides."""
     from wam_gym.eval import protocols
     from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
+    from wam_gym.remote.config import RemoteConfig
 
     preset = protocols.overlay(protocols.named(protocol))
     evaluation = {"output_dir": str(ctx.tmp / "out"), "tensorboard": False, **preset.get("EVALUATION", {}), **evaluation}
     return EvalConfig(ckpt=ckpt, protocol=protocol, env_kwargs={**preset.get("env_kwargs", {}), **(env_kwargs or {})},
-                      EVALUATION=EvaluationConfig(agent=agent, **evaluation), MULTIRUN=MultirunConfig(task_sets=list(tasks)))
+                      EVALUATION=EvaluationConfig(agent=agent, **evaluation), MULTIRUN=MultirunConfig(task_sets=list(tasks)),
+                      REMOTE=RemoteConfig(**(remote or {})))
 
 
 def eval_manager(ckpt: str | None = None, agent: str = "expert", tasks=("wam_gym/MetaWorld-reach-v3",), **changes):
@@ -878,16 +880,18 @@ def cases() -> list[Case]:
              r"EVALUATION\.agent=python needs EVALUATION\.policy=pkg\.module:factory"),
         Case("eval-python-policy-not-importable", eval_manager(agent="python", policy="nowhere:make"), ValueError,
              r"EVALUATION\.policy='nowhere:make': cannot import nowhere .*put its folder on PYTHONPATH"),
-        Case("eval-remote-frames-unknown", eval_manager(agent="remote", remote_url="ws://localhost:8000",
-                                                        remote_frames="sideways"), ValueError,
-             r"EVALUATION\.remote_frames='sideways' is not a frame orientation: choose one of"),
+        Case("eval-remote-frames-unknown", eval_manager(agent="remote", remote={"url": "ws://localhost:8000",
+                                                                                    "frames": "sideways"}), ValueError,
+             r"REMOTE\.frames='sideways' is not a frame orientation: choose one of"),
+        Case("eval-remote-knob-moved", call("wam_gym.eval.config:compose", ["EVALUATION.remote_url=ws://h:1"]),
+             ValueError, r"^EVALUATION\.remote_url is now REMOTE\.url: write REMOTE\.url=\.\.\. instead"),
         Case("eval-remote-without-url", eval_manager(agent="remote"), ValueError,
-             r"EVALUATION\.agent=remote needs EVALUATION\.remote_url=ws://host:port"),
-        Case("eval-remote-bad-url", eval_manager(agent="remote", remote_url="http://localhost:8000"), ValueError,
-             r"EVALUATION\.remote_url='http://localhost:8000': write it as ws://host:port"),
-        Case("eval-remote-unknown-protocol", eval_manager(agent="remote", remote_url="ws://localhost:8000",
-                                                          remote_protocol="grpc"), ValueError,
-             r"EVALUATION\.remote_protocol='grpc': choose one of \['openpi', 'vla-eval'\]"),
+             r"EVALUATION\.agent=remote needs REMOTE\.url=ws://host:port"),
+        Case("eval-remote-bad-url", eval_manager(agent="remote", remote={"url": "http://localhost:8000"}), ValueError,
+             r"REMOTE\.url='http://localhost:8000': write it as ws://host:port"),
+        Case("eval-remote-unknown-protocol", eval_manager(agent="remote", remote={"url": "ws://localhost:8000",
+                                                                                      "protocol": "grpc"}), ValueError,
+             r"REMOTE\.protocol='grpc': choose one of \['openpi', 'vla-eval'\]"),
         Case("eval-target-halfwidth-out-of-range", call("wam_gym.eval.config:EvaluationConfig", target_ci_halfwidth=0.7),
              ValueError, r"EVALUATION\.target_ci_halfwidth must be in \(0, 0\.5\] \(e\.g\. 0\.1: \+-10 points\) or null"),
         Case("eval-compare-to-not-a-run", eval_manager(compare_to="/nonexistent/run"), ValueError,

@@ -53,7 +53,7 @@ ROWS = [
     row("eval-missing-ckpt", "wam_gym.eval", WAM, "ckpt={missing}"),
     row("eval-ckpt-is-a-file", "wam_gym.eval", WAM, "ckpt={file}"),
     row("eval-empty-output-dir", "wam_gym.eval", "EVALUATION.agent=random", "EVALUATION.output_dir="),
-    row("eval-remote-url-without-port", "wam_gym.eval", "EVALUATION.agent=remote", "EVALUATION.remote_url=ws://localhost"),
+    row("eval-remote-url-without-port", "wam_gym.eval", "EVALUATION.agent=remote", "REMOTE.url=ws://localhost"),
     # --- python -m wam_gym.serve
     row("serve-unknown-knob", "wam_gym.serve", "SERVE.prot=8000"),
     row("serve-port-out-of-range", "wam_gym.serve", *PY_POLICY, "SERVE.port=70000"),

@@ -209,13 +209,15 @@ def test_no_field_copies_between_engine_and_training_config():
 def _range_tables():
     from wam_gym.broker import BrokerConfig
     from wam_gym.eval.config import EVALUATION_RANGES, MULTIRUN_RANGES, MultirunConfig
+    from wam_gym.remote.config import REMOTE_RANGES, RemoteConfig
     from wam_gym.serve.config import SERVE_RANGES, ServeSettings
 
     return {"EVALUATION": (EvaluationConfig, EVALUATION_RANGES), "MULTIRUN": (MultirunConfig, MULTIRUN_RANGES),
-            "SERVE": (ServeSettings, SERVE_RANGES), "MULTIRUN (broker)": (BrokerConfig, MULTIRUN_RANGES)}
+            "REMOTE": (RemoteConfig, REMOTE_RANGES), "SERVE": (ServeSettings, SERVE_RANGES),
+            "MULTIRUN (broker)": (BrokerConfig, MULTIRUN_RANGES)}
 
 
-@pytest.mark.parametrize("group", ["EVALUATION", "MULTIRUN", "SERVE", "MULTIRUN (broker)"])
+@pytest.mark.parametrize("group", ["EVALUATION", "MULTIRUN", "REMOTE", "SERVE", "MULTIRUN (broker)"])
 def test_every_numeric_knob_has_a_range(group):
     cls, ranges = _range_tables()[group]
     numeric = {f.name for f in dataclasses.fields(cls)
@@ -233,6 +235,7 @@ def test_every_numeric_knob_has_a_range(group):
     ("MULTIRUN", "inference_batch_wait_ms", float("nan"), r"inference_batch_wait_ms must be >= 0 .*, got nan"),
     ("SERVE", "max_sessions", 0, r"SERVE\.max_sessions must be in \[1, 65536\] \(concurrent connections\), got 0"),
     ("MULTIRUN", "env_num_per_worker", 10**6, r"MULTIRUN\.env_num_per_worker must be in \[1, 1024\] .*, got 1000000"),
+    ("REMOTE", "timeout_s", 0.0, r"REMOTE\.timeout_s must be in \(0, 86400\] \(seconds\), got 0\.0"),
 ])
 def test_a_knob_out_of_range_is_refused_naming_its_range(group, knob, value, message):
     cls = _range_tables()[group][0]

@@ -19,6 +19,7 @@ from wam_gym.eval.errors import ResumeMismatch
 from wam_gym.eval.protocols import PROTOCOLS
 from wam_gym.eval.results import EpisodeRecord, ResultStore
 from wam_gym.eval.run_protocol import PROTOCOL_FILE
+from wam_gym.remote.config import RemoteConfig
 
 FASTWAM = "fastwam_libero"
 SPATIAL, LIBERO_10, PRO_10 = "wam_gym/LIBERO-Spatial-v0:0", "wam_gym/LIBERO-10-v0:0", "wam_gym/LIBERO-Pro-10-Swap-v0:0"
@@ -26,7 +27,7 @@ REACH = "wam_gym/MetaWorld-reach-v3"
 
 
 def config(tmp_path: Path, protocol: str | None = FASTWAM, tasks=(SPATIAL, LIBERO_10), env_kwargs=None, ckpt=None,
-           out: str = "out", **evaluation) -> EvalConfig:
+           out: str = "out", remote: dict | None = None, **evaluation) -> EvalConfig:
     """As ``python -m wam_gym.eval protocol=PROTOCOL`` with these overrides composes it: the group's settings,
     then the overrides (protocols.overlay)."""
     preset = protocols.overlay(protocols.named(protocol))
@@ -34,7 +35,8 @@ def config(tmp_path: Path, protocol: str | None = FASTWAM, tasks=(SPATIAL, LIBER
                   **preset.get("EVALUATION", {}), **evaluation}
     return EvalConfig(benchmark="libero", ckpt=ckpt, protocol=protocol,
                       env_kwargs={**preset.get("env_kwargs", {}), **(env_kwargs or {})},
-                      EVALUATION=EvaluationConfig(**evaluation), MULTIRUN=MultirunConfig(task_sets=list(tasks)))
+                      EVALUATION=EvaluationConfig(**evaluation), MULTIRUN=MultirunConfig(task_sets=list(tasks)),
+                      REMOTE=RemoteConfig(**(remote or {})))
 
 
 def manager(*args, **kwargs):
@@ -240,7 +242,7 @@ def test_a_fastwam_checkpoint_of_its_convention_is_evaluated_under_it(tmp_path):
 
 
 def test_remote_agents_are_not_checked_on_the_model_side(tmp_path):
-    m = manager(tmp_path, agent="remote", remote_url="ws://127.0.0.1:9")
+    m = manager(tmp_path, agent="remote", remote={"url": "ws://127.0.0.1:9"})
     assert m.plan.env_kwargs["image_size"] == [256, 256] and m.plan.actor_spec().episode_steps[SPATIAL] == 400
 
 

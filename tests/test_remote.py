@@ -27,6 +27,7 @@ from agents.predictor import noise_seed
 from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
 from wam_gym.eval.manager import EvalError, EvalManager
 from wam_gym.remote import PolicyServerError, PolicyServerLost, RemotePolicy, RemoteSettings
+from wam_gym.remote.config import RemoteConfig
 from wam_gym.remote.wire import pack_openpi, unpack
 
 STATE_DIM, ACTION_DIM = 5, 4
@@ -138,7 +139,7 @@ def test_openpi_text_frame_is_the_servers_error(openpi_server):
 
 def test_silent_and_absent_servers_are_lost_with_the_url(openpi_server):
     silent = openpi_server(silent=True)
-    with pytest.raises(PolicyServerLost, match=rf"{silent.url} sent no answer in 0.5 s .*remote_protocol=vla-eval"):
+    with pytest.raises(PolicyServerLost, match=rf"{silent.url} sent no answer in 0.5 s .*REMOTE\.protocol=vla-eval"):
         client(silent.url, timeout_s=0.5).begin_episode(0)
     url = f"ws://127.0.0.1:{free_port()}"  # nobody listens there
     with pytest.raises(PolicyServerLost, match=rf"{url} is unreachable for 0.3 s"):
@@ -152,13 +153,14 @@ def free_port() -> int:
 
 
 # ----------------------------------------------------------------- evaluation runs
-def eval_config(output_dir, agent: str, trials: int = 1, multirun=None, **evaluation) -> EvalConfig:
-    """Meta-World reach at 32x32, STEPS steps an episode, one actor."""
+def eval_config(output_dir, agent: str, trials: int = 1, multirun=None, remote=None, **evaluation) -> EvalConfig:
+    """Meta-World reach at 32x32, STEPS steps an episode, one actor; ``remote``: the REMOTE.* knobs."""
     return EvalConfig(
         env_kwargs={"image_size": 32},
         EVALUATION=EvaluationConfig(agent=agent, num_trials=trials, seed=SEED, max_episode_steps=STEPS,
                                     output_dir=str(output_dir), tensorboard=False, **evaluation),
         MULTIRUN=MultirunConfig(task_sets=[REACH], env_num_per_worker=1, **(multirun or {})),
+        REMOTE=RemoteConfig(**(remote or {})),
     )
 
 
@@ -260,8 +262,8 @@ def vla_eval_server(tmp_path):
         server.close()
 
 
-def remote_config(out, server: VlaEvalServer, **evaluation) -> EvalConfig:
-    return eval_config(out, "remote", remote_url=server.url, remote_protocol="vla-eval", **evaluation)
+def remote_config(out, server: VlaEvalServer, remote=None, **evaluation) -> EvalConfig:
+    return eval_config(out, "remote", remote={"url": server.url, "protocol": "vla-eval", **(remote or {})}, **evaluation)
 
 
 def test_vla_eval_model_server_runs_every_episode(tmp_path, vla_eval_server):
@@ -283,7 +285,7 @@ def test_vla_eval_model_server_runs_every_episode(tmp_path, vla_eval_server):
 def test_server_killed_mid_episode_and_restarted_costs_a_retry_not_a_failure(tmp_path, vla_eval_server):
     server, out = vla_eval_server(delay_s=0.3), tmp_path / "out"
     watcher = server.kill_at_predict(1, restart=True)
-    summary = EvalManager(remote_config(out, server, remote_timeout_s=60.0)).run()
+    summary = EvalManager(remote_config(out, server, remote={"timeout_s": 60.0})).run()
     watcher.join()
     assert summary["complete"] and summary["error"] is None
     assert records(out)[0]["attempts"] == 2 and records(out)[0]["steps"] == STEPS
@@ -294,14 +296,14 @@ def test_server_that_never_comes_back_stops_the_run_naming_it(tmp_path, vla_eval
     server, out = vla_eval_server(delay_s=0.3), tmp_path / "out"
     server.kill_at_predict(4, restart=False)  # trial 1's first model call (trial 0 made 3)
     with pytest.raises(EvalError, match=rf"trial 1: lost the policy server at {server.url} 2 times"):
-        EvalManager(remote_config(out, server, trials=2, max_attempts=2, remote_timeout_s=1.0)).run()
+        EvalManager(remote_config(out, server, trials=2, max_attempts=2, remote={"timeout_s": 1.0})).run()
     assert sorted(records(out)) == [0]  # the finished episode is kept
     assert server.url in json.loads((out / "results.json").read_text())["error"]
 
 
 def test_server_error_answer_stops_the_run_with_its_message(tmp_path, vla_eval_server):
     server, out = vla_eval_server(), tmp_path / "out"
-    config = remote_config(out, server, remote_keys={"state": "proprio"})  # the echo server reads obs["state"]
+    config = remote_config(out, server, remote={"keys": {"state": "proprio"}})  # the echo server reads obs["state"]
     with pytest.raises(EvalError, match=rf"trial 0 failed: PolicyServerError: the policy server at {server.url} "
                                         r"failed: observation_failed: KeyError: 'state'"):
         EvalManager(config).run()
@@ -310,19 +312,19 @@ def test_server_error_answer_stops_the_run_with_its_message(tmp_path, vla_eval_s
 
 # ----------------------------------------------------------------- bad inputs, refused before anything runs
 @pytest.mark.parametrize(
-    "agent, evaluation, match",
+    "agent, knobs, match",
     [
-        ("remote", {}, r"agent=remote needs EVALUATION.remote_url=ws://host:port"),
-        ("remote", {"remote_url": "http://host:8000"}, r"remote_url='http://host:8000': write it as ws://host:port"),
-        ("remote", {"remote_url": "ws://host:80x"}, r"remote_url='ws://host:80x': .*write it as ws://host:port"),
-        ("remote", {"remote_url": "ws://h:1", "remote_protocol": "grpc"}, r"remote_protocol='grpc': choose one of"),
-        ("remote", {"remote_url": "ws://h:1", "remote_keys": {"pixels.top": "img"}},
-         r"remote_keys maps \['pixels.top'\], which .* does not observe; map any of .*pixels.corner"),
-        ("remote", {"remote_url": "ws://h:1", "remote_keys": {"proprio": "s"}}, r"maps \['proprio'\]"),
-        ("remote", {"remote_url": "ws://h:1", "remote_timeout_s": 0}, r"remote_timeout_s must be in \(0, 86400\] .*got 0"),
-        ("remote", {"remote_url": "ws://h:1", "remote_timeout_s": 1e9}, r"remote_timeout_s must be in \(0, 86400\]"),
-        ("remote", {"remote_url": "ws://localhost"}, r"remote_url='ws://localhost' names no port: write it as ws://localhost:PORT"),
-        ("remote", {"remote_url": "ws://h:1", "remote_api_key": " "}, r"remote_api_key is empty .*or to null to send none"),
+        ("remote", {}, r"agent=remote needs REMOTE.url=ws://host:port"),
+        ("remote", {"url": "http://host:8000"}, r"REMOTE\.url='http://host:8000': write it as ws://host:port"),
+        ("remote", {"url": "ws://host:80x"}, r"REMOTE\.url='ws://host:80x': .*write it as ws://host:port"),
+        ("remote", {"url": "ws://h:1", "protocol": "grpc"}, r"REMOTE\.protocol='grpc': choose one of"),
+        ("remote", {"url": "ws://h:1", "keys": {"pixels.top": "img"}},
+         r"REMOTE\.keys maps \['pixels.top'\], which .* does not observe; map any of .*pixels.corner"),
+        ("remote", {"url": "ws://h:1", "keys": {"proprio": "s"}}, r"maps \['proprio'\]"),
+        ("remote", {"url": "ws://h:1", "timeout_s": 0}, r"REMOTE\.timeout_s must be in \(0, 86400\] .*got 0"),
+        ("remote", {"url": "ws://h:1", "timeout_s": 1e9}, r"REMOTE\.timeout_s must be in \(0, 86400\]"),
+        ("remote", {"url": "ws://localhost"}, r"REMOTE\.url='ws://localhost' names no port: write it as ws://localhost:PORT"),
+        ("remote", {"url": "ws://h:1", "api_key": " "}, r"REMOTE\.api_key is empty .*or to null to send none"),
         ("python", {}, r"agent=python needs EVALUATION.policy=pkg.module:factory"),
         ("python", {"policy": "tests.example_policy"}, r"write it as pkg.module:factory"),
         ("python", {"policy": "no_such_pkg.policy:make"}, r"cannot import no_such_pkg.policy .*PYTHONPATH"),
@@ -333,30 +335,32 @@ def test_server_error_answer_stops_the_run_with_its_message(tmp_path, vla_eval_s
          "remote-empty-api-key", "python-without-policy", "python-without-factory",
          "python-unimportable", "python-no-such-factory"],
 )
-def test_bad_remote_and_python_inputs_are_refused_before_anything_runs(tmp_path, agent, evaluation, match):
+def test_bad_remote_and_python_inputs_are_refused_before_anything_runs(tmp_path, agent, knobs, match):
+    """``knobs``: REMOTE.* for agent=remote, EVALUATION.* for agent=python."""
     with pytest.raises(ValueError, match=match):
-        EvalManager(eval_config(tmp_path / "out", agent, **evaluation))
+        EvalManager(eval_config(tmp_path / "out", agent, remote=knobs) if agent == "remote"
+                    else eval_config(tmp_path / "out", agent, **knobs))
     assert not (tmp_path / "out").exists()
 
 
 def test_a_server_never_reached_is_refused_in_seconds_naming_the_url_and_its_knob(tmp_path):
-    """The reconnect budget (remote_timeout_s, 300 s here) is for a server lost mid-run, not one never reached."""
+    """The reconnect budget (REMOTE.timeout_s, 300 s here) is for a server lost mid-run, not one never reached."""
     url = f"ws://127.0.0.1:{free_port()}"  # nobody listens there
     start = time.monotonic()
-    with pytest.raises(EvalError, match=rf"^nothing answers at EVALUATION\.remote_url={url} \(.*\): start the policy "
-                                        r"server there .*or set EVALUATION\.remote_url to where it listens; nothing was run"):
-        EvalManager(eval_config(tmp_path / "out", "remote", remote_url=url, remote_timeout_s=300.0)).run()
+    with pytest.raises(EvalError, match=rf"^nothing answers at REMOTE\.url={url} \(.*\): start the policy "
+                                        r"server there .*or set REMOTE\.url to where it listens; nothing was run"):
+        EvalManager(eval_config(tmp_path / "out", "remote", remote={"url": url, "timeout_s": 300.0})).run()
     assert time.monotonic() - start < 15
     assert not (tmp_path / "out").exists()  # refused before the output dir was touched
 
 
 def test_results_never_keep_the_api_key(tmp_path):
-    config = eval_config(tmp_path / "out", "remote", remote_url="ws://h:1", remote_api_key="s3cret")
-    composed = {"EVALUATION": {"agent": "remote", "remote_api_key": "s3cret"}}
+    config = eval_config(tmp_path / "out", "remote", remote={"url": "ws://h:1", "api_key": "s3cret"})
+    composed = {"EVALUATION": {"agent": "remote"}, "REMOTE": {"url": "ws://h:1", "api_key": "s3cret"}}
     manager = EvalManager(config, composed)
     plan = manager.plan
-    assert plan.composed["EVALUATION"]["remote_api_key"] == "<redacted>" and "s3cret" not in str(plan.protocol.record)
-    assert composed["EVALUATION"]["remote_api_key"] == "s3cret"  # the caller's dict is left alone
+    assert plan.composed["REMOTE"]["api_key"] == "<redacted>" and "s3cret" not in str(plan.protocol.record)
+    assert composed["REMOTE"]["api_key"] == "s3cret"  # the caller's dict is left alone
 
 
 # ----------------------------------------------------------------- a run is bound to the model behind the server
@@ -367,12 +371,12 @@ def test_a_run_resumed_against_a_server_of_another_model_is_refused(tmp_path, op
 
     out = tmp_path / "out"
     first = openpi_server(metadata={"model": {"ckpt": {"fingerprint": "aaa"}}})
-    assert EvalManager(eval_config(out, "remote", remote_url=first.url)).run()["complete"]
+    assert EvalManager(eval_config(out, "remote", remote={"url": first.url})).run()["complete"]
     recorded = json.loads((out / "protocol.json").read_text())["agent"]["server_model"]
     assert recorded == {"ckpt": {"fingerprint": "aaa"}}
     second = openpi_server(metadata={"model": {"ckpt": {"fingerprint": "bbb"}}})
     with pytest.raises(ResumeMismatch, match=r"server_model was .*aaa.*, now .*bbb"):
-        EvalManager(eval_config(out, "remote", trials=2, remote_url=second.url)).run()
+        EvalManager(eval_config(out, "remote", trials=2, remote={"url": second.url})).run()
     assert sorted(records(out)) == [0] and not second.requests
 
 

@@ -430,11 +430,12 @@ def test_openpi_answers_carry_the_chunk_the_greeting_advertises(tiny_ckpt, tmp_p
 
 
 # ----------------------------------------------------------------- our harness as a client
-def evaluate(out: Path, tiny_ckpt, **evaluation) -> list:
+def evaluate(out: Path, tiny_ckpt, remote: dict | None = None, **evaluation) -> list:
     """Two short Meta-World reach episodes (seeds 3, 4) of ``evaluation``'s agent: their records."""
     from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
     from wam_gym.eval.manager import EvalManager
     from wam_gym.eval.results import ResultStore
+    from wam_gym.remote.config import RemoteConfig
 
     cfg = EvalConfig(
         ckpt=str(tiny_ckpt) if evaluation["agent"] == "wam" else None,
@@ -442,6 +443,7 @@ def evaluate(out: Path, tiny_ckpt, **evaluation) -> list:
         EVALUATION=EvaluationConfig(num_trials=2, seed=3, max_episode_steps=10, replan_steps=4, num_inference_steps=STEPS,
                                     output_dir=str(out), tensorboard=False, **evaluation),
         MULTIRUN=MultirunConfig(task_sets=["wam_gym/MetaWorld-reach-v3"], env_num_per_worker=2),
+        REMOTE=RemoteConfig(**(remote or {})),
     )
     summary = EvalManager(cfg).run()
     assert summary["complete"] and summary["error"] is None
@@ -458,7 +460,7 @@ def test_eval_of_the_served_model_equals_eval_in_process(wam_server, tiny_ckpt, 
     """EVALUATION.agent=remote against wam_gym.serve runs the episodes that agent=wam runs with the
     checkpoint in-process: the same seeds reach the same sampling noise over the wire."""
     port, _ = wam_server
-    remote = evaluate(tmp_path, tiny_ckpt, agent="remote", remote_url=f"ws://127.0.0.1:{port}", remote_protocol=protocol)
+    remote = evaluate(tmp_path, tiny_ckpt, agent="remote", remote={"url": f"ws://127.0.0.1:{port}", "protocol": protocol})
     local = in_process_records
     assert [(r.trial, r.steps, r.success) for r in remote] == [(r.trial, r.steps, r.success) for r in local]
     np.testing.assert_allclose([r.reward for r in remote], [r.reward for r in local], rtol=1e-3)

@@ -184,17 +184,17 @@ def test_the_greeting_reads_as_json(libero_marker_server):
 
 
 def test_an_evaluation_sends_each_task_as_its_suites_drivers_do():
-    from wam_gym.eval.config import EvaluationConfig
     from wam_gym.eval.tasks import Task
     from wam_gym.remote import RemoteSettings
+    from wam_gym.remote.config import RemoteConfig
 
     tasks = [Task("spatial", "wam_gym/LIBERO-Spatial-v0"), Task("reach", "wam_gym/MetaWorld-reach-v3")]
-    ev = EvaluationConfig(agent="remote", remote_url="ws://127.0.0.1:1")
-    assert RemoteSettings.from_evaluation(ev, tasks).frames == {"spatial": "mirrored", "reach": "upright"}
-    ev = EvaluationConfig(agent="remote", remote_url="ws://127.0.0.1:1", remote_frames="upright")
-    assert RemoteSettings.from_evaluation(ev, tasks).frames == {"spatial": "upright", "reach": "upright"}
-    with pytest.raises(ValueError, match="EVALUATION.remote_frames='sideways' is not a frame orientation"):
-        EvaluationConfig(agent="remote", remote_url="ws://127.0.0.1:1", remote_frames="sideways")
+    remote = RemoteConfig(url="ws://127.0.0.1:1")
+    assert RemoteSettings.from_config(remote, tasks).frames == {"spatial": "mirrored", "reach": "upright"}
+    remote = RemoteConfig(url="ws://127.0.0.1:1", frames="upright")
+    assert RemoteSettings.from_config(remote, tasks).frames == {"spatial": "upright", "reach": "upright"}
+    with pytest.raises(ValueError, match="REMOTE.frames='sideways' is not a frame orientation"):
+        RemoteConfig(url="ws://127.0.0.1:1", frames="sideways")
 
 
 # ----------------------------------------------------------------- a checkpoint made for a protocol

@@ -40,20 +40,22 @@ def host_empty(ctx: Ctx):
     _serve_settings(host="")
 
 
-def _eval_remote(ctx: Ctx, run: bool = False, **evaluation):
+def _eval_remote(ctx: Ctx, run: bool = False, **remote):
+    """EVALUATION.agent=remote with these REMOTE.* knobs."""
     from wam_gym.eval.config import EvalConfig, EvaluationConfig, MultirunConfig
     from wam_gym.eval.manager import EvalManager
+    from wam_gym.remote.config import RemoteConfig
 
-    evaluation = {"remote_url": URL, "output_dir": str(ctx.tmp / "out"), "tensorboard": False, **evaluation}
-    manager = EvalManager(EvalConfig(EVALUATION=EvaluationConfig(agent="remote", **evaluation),
-                                     MULTIRUN=MultirunConfig(task_sets=["wam_gym/MetaWorld-reach-v3"])))
+    manager = EvalManager(EvalConfig(
+        EVALUATION=EvaluationConfig(agent="remote", output_dir=str(ctx.tmp / "out"), tensorboard=False),
+        MULTIRUN=MultirunConfig(task_sets=["wam_gym/MetaWorld-reach-v3"]), REMOTE=RemoteConfig(**{"url": URL, **remote})))
     if run:
         manager.run()
 
 
 def remote_api_key_empty(ctx: Ctx):
-    """``EVALUATION.remote_api_key=''`` (an environment variable set to '')."""
-    _eval_remote(ctx, remote_api_key="")
+    """``REMOTE.api_key=''`` (an environment variable set to '')."""
+    _eval_remote(ctx, api_key="")
 
 
 def nothing_listens(ctx: Ctx):
@@ -61,18 +63,18 @@ def nothing_listens(ctx: Ctx):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # free once closed: nobody listens there
-    _eval_remote(ctx, run=True, remote_url=f"ws://127.0.0.1:{port}")
+    _eval_remote(ctx, run=True, url=f"ws://127.0.0.1:{port}")
     assert not (ctx.tmp / "out").exists()  # refused before the output dir was made
 
 
 def url_without_port(ctx: Ctx):
-    """``EVALUATION.remote_url=ws://localhost``: websockets would try port 80."""
-    _eval_remote(ctx, remote_url="ws://localhost")
+    """``REMOTE.url=ws://localhost``: websockets would try port 80."""
+    _eval_remote(ctx, url="ws://localhost")
 
 
 def url_port_zero(ctx: Ctx):
-    """``EVALUATION.remote_url=ws://localhost:0``."""
-    _eval_remote(ctx, remote_url="ws://localhost:0")
+    """``REMOTE.url=ws://localhost:0``."""
+    _eval_remote(ctx, url="ws://localhost:0")
 
 
 def _python_server(**settings):
@@ -194,8 +196,9 @@ def image_zero_wide(ctx: Ctx):
 def _range(group: str, **knob):
     """A config built with one knob set (checked by its ranges)."""
     from wam_gym.eval.config import EvaluationConfig
+    from wam_gym.remote.config import RemoteConfig
 
-    (EvaluationConfig if group == "EVALUATION" else _serve_settings)(**knob)
+    {"EVALUATION": EvaluationConfig, "REMOTE": RemoteConfig}.get(group, _serve_settings)(**knob)
 
 
 # ----------------------------------------------------------------------------- the cases
@@ -224,19 +227,19 @@ def cases() -> list[Case]:
         Case("serve-ping-timeout-endless", lambda ctx: _serve_settings(ping_timeout_s=1e9), ValueError,
              r"^SERVE\.ping_timeout_s must be in \(0, 86400\] \(seconds\)"),
         Case("eval-remote-api-key-empty", remote_api_key_empty, ValueError,
-             r"^EVALUATION\.remote_api_key is empty .*: set it to the server's key, or to null to send none"),
-        Case("eval-remote-timeout-endless", lambda ctx: _range("EVALUATION", remote_timeout_s=1e9), ValueError,
-             r"^EVALUATION\.remote_timeout_s must be in \(0, 86400\] \(seconds\)"),
+             r"^REMOTE\.api_key is empty .*: set it to the server's key, or to null to send none"),
+        Case("eval-remote-timeout-endless", lambda ctx: _range("REMOTE", timeout_s=1e9), ValueError,
+             r"^REMOTE\.timeout_s must be in \(0, 86400\] \(seconds\)"),
         Case("eval-stall-endless", lambda ctx: _range("EVALUATION", actor_stall_s=1e9), ValueError,
              r"^EVALUATION\.actor_stall_s must be in \(0, 86400\] \(seconds\) or null \(off\)"),
         # --- remote evaluation: refused in seconds, before the output dir
         Case("eval-remote-nothing-listens", nothing_listens, EvalError,
-             r"^nothing answers at EVALUATION\.remote_url=ws://127\.0\.0\.1:\d+ \(.*\): start the policy server there "
-             r"\(python -m wam_gym\.serve \.\.\.\), or set EVALUATION\.remote_url to where it listens; nothing was run"),
+             r"^nothing answers at REMOTE\.url=ws://127\.0\.0\.1:\d+ \(.*\): start the policy server there "
+             r"\(python -m wam_gym\.serve \.\.\.\), or set REMOTE\.url to where it listens; nothing was run"),
         Case("eval-remote-url-without-port", url_without_port, ValueError,
-             r"^EVALUATION\.remote_url='ws://localhost' names no port: write it as ws://localhost:PORT"),
+             r"^REMOTE\.url='ws://localhost' names no port: write it as ws://localhost:PORT"),
         Case("eval-remote-url-port-zero", url_port_zero, ValueError,
-             r"^EVALUATION\.remote_url='ws://localhost:0' names port 0, which no server listens on: write it as "
+             r"^REMOTE\.url='ws://localhost:0' names port 0, which no server listens on: write it as "
              r"ws://localhost:PORT"),
         # --- the server's arguments, paths and port, before a model worker starts
         Case("serve-port-taken", port_taken, OSError,

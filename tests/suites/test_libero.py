@@ -404,10 +404,10 @@ def test_eval_in_this_venv_against_a_server_in_the_main_venv(main_venv_server, p
     before = _server_stats(port)
     out = tmp_path / "eval"
     command = [sys.executable, "-m", "wam_gym.eval", "benchmark=libero", "EVALUATION.agent=remote",
-               f"EVALUATION.remote_url=ws://127.0.0.1:{port}", f"EVALUATION.remote_protocol={protocol}",
+               f"REMOTE.url=ws://127.0.0.1:{port}", f"REMOTE.protocol={protocol}",
                f"MULTIRUN.task_sets=[{REMOTE_TASK}]", f"EVALUATION.num_trials={REMOTE_TRIALS}",
                f"EVALUATION.max_episode_steps={REMOTE_STEPS}", f"+env_kwargs.image_size={REMOTE_SIZE}",
-               "MULTIRUN.env_num_per_worker=1", "EVALUATION.remote_timeout_s=120", f"EVALUATION.output_dir={out}"]
+               "MULTIRUN.env_num_per_worker=1", "REMOTE.timeout_s=120", f"EVALUATION.output_dir={out}"]
     ran = subprocess.run(command, cwd=ROOT, env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
                          capture_output=True, text=True, timeout=900)
     assert ran.returncode == 0, f"{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
@@ -415,7 +415,7 @@ def test_eval_in_this_venv_against_a_server_in_the_main_venv(main_venv_server, p
     results = json.loads((out / "results.json").read_text())
     assert results["complete"] and results["error"] is None, results["error"]
     assert results["planned"] == REMOTE_TRIALS and results["overall"]["episodes"] == REMOTE_TRIALS
-    assert results["config"]["EVALUATION"]["remote_protocol"] == protocol
+    assert results["config"]["REMOTE"]["protocol"] == protocol
     assert list(results["tasks"]) == [REMOTE_TASK]
     records = sorted((json.loads(p.read_text()) for p in (out / "episodes").glob("*/*.json")), key=lambda r: r["trial"])
     assert [r["trial"] for r in records] == list(range(REMOTE_TRIALS))
@@ -688,7 +688,7 @@ def test_fastwam_evaluates_under_its_protocol_through_the_broker(tmp_path):
     with launched([f"ckpt={ckpt}", "MULTIRUN.inference_batch_size=4", "MULTIRUN.inference_batch_wait_ms=1000"],
                   python=str(MAIN_PYTHON), env=_main_venv_env(), cwd=ROOT, log=tmp_path / "serve.log") as server:
         command = [sys.executable, "-m", "wam_gym.eval", "benchmark=libero", "EVALUATION.agent=remote",
-                   f"EVALUATION.remote_url=ws://127.0.0.1:{server.port}", "protocol=fastwam_libero",
+                   f"REMOTE.url=ws://127.0.0.1:{server.port}", "protocol=fastwam_libero",
                    f"MULTIRUN.task_sets=[{','.join(FASTWAM_TASKS)}]", f"EVALUATION.num_trials={FASTWAM_TRIALS}",
                    "MULTIRUN.env_num_per_worker=4", f"EVALUATION.output_dir={out}"]
         ran = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500,

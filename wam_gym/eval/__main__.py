@@ -53,10 +53,12 @@ def run() -> None:
     try:
         import hydra
 
+        from wam_gym.eval.config import MOVED_KNOBS
         from wam_gym.utils.cli import run_hydra
 
         register_schema()
-        run_hydra(hydra.main(version_base=None, config_path="../conf", config_name="eval")(main), "python -m wam_gym.eval")
+        run_hydra(hydra.main(version_base=None, config_path="../conf", config_name="eval")(main), "python -m wam_gym.eval",
+                  MOVED_KNOBS)
     except KeyboardInterrupt as exc:
         stopped = Stopped.of(exc)
         exit_stopped(stopped, stopped.message or f"stopped by {stopped.name} before any episode ran; run the same "

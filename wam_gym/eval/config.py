@@ -1,14 +1,14 @@
 """The evaluation config (``python -m wam_gym.eval``), as Hydra structured configs.
 
 Group and knob names are EasyWAM's: ``EVALUATION.*`` for one episode and one model call,
-``MULTIRUN.*`` for processes, GPUs and batching. ``python -m wam_gym.eval --cfg job`` prints
-the composed config.
+``MULTIRUN.*`` for processes, GPUs and batching; ``REMOTE.*`` is the policy server ``EVALUATION.agent=remote``
+asks (wam_gym/remote/config.py). ``python -m wam_gym.eval --cfg job`` prints the composed config.
 
 Each group extends the one the policy server shares (wam_gym/model_call.py):
-:class:`EvaluationConfig` adds the episode knobs (trials, stopping, outputs, videos, retries, the
-remote agent) to the model-call knobs of :class:`~wam_gym.model_call.ModelCallConfig`, and
-:class:`MultirunConfig` adds the rollout actors to the model workers' knobs. Users type both
-flat, as before (``EVALUATION.num_inference_steps``, ``EVALUATION.num_trials``).
+:class:`EvaluationConfig` adds the episode knobs (trials, stopping, outputs, videos, retries) to the
+model-call knobs of :class:`~wam_gym.model_call.ModelCallConfig`, and :class:`MultirunConfig` adds the
+rollout actors to the model workers' knobs. Users type both flat, as before
+(``EVALUATION.num_inference_steps``, ``EVALUATION.num_trials``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from agents.factory import CHUNK_AGENTS, check_strategy
 from agents.realtime import Latency
 from agents.realtime_strategies import STRATEGIES
 from agents.wam.inference_config import InferenceConfig
-from envs.orientation import check_orientation
 from wam_gym.eval import protocols
 from wam_gym.model_call import MODEL_CALL_RANGES, MODEL_WORKERS_RANGES, ModelCallConfig, ModelWorkersConfig
+from wam_gym.remote.config import RemoteConfig
 from wam_gym.utils.ranges import Range, check_ranges
 
 
@@ -33,16 +33,6 @@ from wam_gym.utils.ranges import Range, check_ranges
 class EvaluationConfig(ModelCallConfig):
     """EVALUATION.*: the model-call knobs (ModelCallConfig) and one episode."""
 
-    remote_url: str | None = None  # agent=remote: ws://host:port of an openpi or vla-eval policy server
-    remote_protocol: str = "openpi"  # agent=remote: openpi | vla-eval
-    remote_keys: dict[str, str] = field(default_factory=dict)  # agent=remote: {contract key: wire key} (wam_gym/remote/keymap.py)
-    remote_api_key: str | None = None  # agent=remote: sent as openpi's "Authorization: Api-Key" header ('': refused)
-    # agent=remote: longest wait for one answer, and for a server lost mid-run to come back (the run's first
-    # connection gives up within seconds: a server never reached is a wrong URL or a server not started)
-    remote_timeout_s: float = 300.0
-    # agent=remote: how frames are turned when sent (envs/orientation.py), and said so; null: as the field's drivers
-    # for the task's suite turn them (LIBERO: mirrored, as openpi's and vla-eval's LIBERO clients send)
-    remote_frames: str | None = None
     # predicted future frames vs the frames the env then renders (PSNR/SSIM, and the copy-the-current-frame
     # baseline's; wam_gym/eval/imagination.py). null: when the frames are decoded anyway (visualize_future_video,
     # a joint-video model); true: decode them for it (agent=wam, joint models; costs a VAE decode per model call)
@@ -100,8 +90,6 @@ class EvaluationConfig(ModelCallConfig):
         for name, value in (("output_dir", self.output_dir), ("compare_to", self.compare_to)):
             if value is not None and not str(value).strip():  # '' would write into (or compare with) the working directory
                 raise ValueError(f"EVALUATION.{name}='' is empty: give a path (or leave it out for its default)")
-        if self.remote_frames is not None:
-            check_orientation(self.remote_frames, "EVALUATION.remote_frames")
 
     def latency(self) -> Latency | None:
         """Real-time mode's latency rule; None: synchronous."""
@@ -144,8 +132,6 @@ RENDER_MODES = ("needed", "every_step")
 SECONDS = "seconds"
 DAY_S = 86400.0  # the longest wait a knob takes: beyond it, a guard is off in disguise (null says "off" where it may be)
 EPISODE_RANGES = {  # every numeric knob EvaluationConfig adds
-    # a budget beyond a day is "wait forever" in disguise: a server lost for good would hold the run
-    "remote_timeout_s": Range(0, DAY_S, open_low=True, integer=False, note=SECONDS),
     "num_trials": Range(1, 100_000, note="episodes per task"),
     "target_ci_halfwidth": Range(0, 0.5, open_low=True, integer=False, note="e.g. 0.1: +-10 points", null="off"),
     "stop_level": Range(0.5, 1, open_high=True, integer=False, note="e.g. 0.95"),
@@ -157,6 +143,9 @@ EPISODE_RANGES = {  # every numeric knob EvaluationConfig adds
     "latency_ms": Range(0, integer=False, note="milliseconds of simulated time", null="each call's measured time"),
 }
 ACTOR_BACKENDS = ("local", "ray")
+# knobs a release renamed -> their names now (the command line says so instead of "not in struct")
+MOVED_KNOBS = {f"EVALUATION.remote_{knob}": f"REMOTE.{knob}"
+               for knob in ("url", "protocol", "keys", "api_key", "timeout_s", "frames")}
 ACTOR_RANGES = {
     "env_num_per_worker": Range(1, 1024, note="actors per model worker"),
     "num_actors": Range(1, 100_000, note="rollout actors on the Ray cluster", null="as many as its CPUs hold"),
@@ -181,6 +170,7 @@ class EvalConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # extra gymnasium.make kwargs for every task
     EVALUATION: EvaluationConfig = field(default_factory=EvaluationConfig)  # one episode and one model call
     MULTIRUN: MultirunConfig = field(default_factory=MultirunConfig)  # processes, GPUs and batching
+    REMOTE: RemoteConfig = field(default_factory=RemoteConfig)  # the policy server agent=remote asks
 
     def __post_init__(self) -> None:
         protocols.check(self)  # the protocol group's settings hold, or an error naming the override that departs
@@ -197,11 +187,19 @@ def register() -> None:
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> EvalConfig:
     """The config ``python -m wam_gym.eval OVERRIDES...`` runs with (``["protocol=fastwam_libero",
-    "EVALUATION.num_trials=5"]``), for Python callers: the same composition, the same checks."""
+    "EVALUATION.num_trials=5"]``), for Python callers: the same composition, the same checks, and an override
+    that does not compose is the command line's one-line error, as a ValueError."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from wam_gym.utils.cli import config_error
 
     register()
-    with initialize_config_dir(str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
-        return OmegaConf.to_object(hydra_compose("eval", overrides=list(overrides)))
+    try:
+        with initialize_config_dir(str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
+            return OmegaConf.to_object(hydra_compose("eval", overrides=list(overrides)))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ValueError(config_error(exc, "python -m wam_gym.eval", MOVED_KNOBS)) from exc

@@ -54,7 +54,7 @@ class EvalManager:
         plan = self.plan
         if plan.config.EVALUATION.agent == "remote":  # the model behind the server is part of what acts
             try:  # before the output dir is touched: a server never reached costs nothing
-                self.server_model = served_model(RemoteSettings.from_evaluation(plan.config.EVALUATION), first=True)
+                self.server_model = served_model(RemoteSettings.from_config(plan.config.REMOTE), first=True)
             except (PolicyServerLost, PolicyServerError) as exc:
                 raise EvalError(f"{exc}; nothing was run") from None
             plan.protocol.record["agent"]["server_model"] = self.server_model

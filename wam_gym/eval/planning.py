@@ -78,7 +78,7 @@ class EvalPlan:
         elif ev.agent == "python":
             preflight.check_python_policy(ev)
         elif ev.agent == "remote":
-            preflight.check_remote(ev, self.tasks, self.env_kwargs)
+            preflight.check_remote(self.config.REMOTE, self.tasks, self.env_kwargs)
 
     def _check_checkpoint(self) -> None:
         """The checkpoint, its statistics and the env geometry it needs, all read here, in the
@@ -103,7 +103,8 @@ class EvalPlan:
             video_camera=ev.video_camera, video_fps=ev.video_fps, video_stride=ev.video_stride,
             lazy_pixels=ev.render == "needed", latency=ev.latency(), remembers_episodes=remembers_episodes,
             realtime_strategy=ev.realtime_strategy,
-            remote=dataclasses.replace(RemoteSettings.from_evaluation(ev, self.tasks), expected_model=server_model)
+            remote=dataclasses.replace(RemoteSettings.from_config(self.config.REMOTE, self.tasks),
+                                       expected_model=server_model)
             if ev.agent == "remote" else None,
             imagination=self.imagination,
         )
@@ -111,7 +112,7 @@ class EvalPlan:
 
 def _redacted(composed: dict) -> dict:
     """The composed config as results.json keeps it, without the policy server's api key."""
-    evaluation = composed.get("EVALUATION")
-    if isinstance(evaluation, dict) and evaluation.get("remote_api_key"):
-        return {**composed, "EVALUATION": {**evaluation, "remote_api_key": "<redacted>"}}
+    remote = composed.get("REMOTE")
+    if isinstance(remote, dict) and remote.get("api_key"):
+        return {**composed, "REMOTE": {**remote, "api_key": "<redacted>"}}
     return composed

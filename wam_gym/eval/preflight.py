@@ -235,42 +235,19 @@ def check_python_policy(evaluation) -> None:
     load_policy_factory(evaluation.policy)  # its ValueError names the fix
 
 
-def check_remote(evaluation, tasks, env_kwargs: dict[str, Any]) -> None:
-    """The EVALUATION.remote_* knobs: every actor would otherwise fail on them, or wait in vain."""
-    from urllib.parse import urlparse
-
+def check_remote(remote, tasks, env_kwargs: dict[str, Any]) -> None:
+    """``REMOTE`` names a server, and each key it maps is one the tasks observe (RemoteConfig checks the rest):
+    every actor would otherwise fail on them, or wait in vain."""
     from wam_gym.remote.keymap import default_keys
-    from wam_gym.remote.wire import PROTOCOLS
 
-    url = evaluation.remote_url
-    if not url:
-        raise ValueError("EVALUATION.agent=remote needs EVALUATION.remote_url=ws://host:port, the address of an "
-                         "openpi or vla-eval policy server")
-    try:
-        parsed = urlparse(url)
-        parsed.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError as exc:
-        raise ValueError(f"EVALUATION.remote_url={url!r}: {exc}; write it as ws://host:port") from None
-    if parsed.scheme not in ("ws", "wss") or not parsed.hostname:
-        raise ValueError(f"EVALUATION.remote_url={url!r}: write it as ws://host:port (or wss://host:port)")
-    if not parsed.port:  # none: websockets would try port 80 (443), never where a policy server listens by default
-        said = "names no port" if parsed.port is None else "names port 0, which no server listens on"
-        raise ValueError(f"EVALUATION.remote_url={url!r} {said}: write it as {parsed.scheme}://{parsed.hostname}:PORT "
-                         "(python -m wam_gym.serve listens on SERVE.port, 8000 by default)")
-    if evaluation.remote_api_key is not None and not evaluation.remote_api_key.strip():
-        raise ValueError("EVALUATION.remote_api_key is empty (an environment variable set to ''?): set it to the "
-                         "server's key, or to null to send none")
-    if evaluation.remote_protocol not in PROTOCOLS:
-        raise ValueError(f"EVALUATION.remote_protocol={evaluation.remote_protocol!r}: choose one of {list(PROTOCOLS)}")
-    keys = evaluation.remote_keys or {}
-    for contract, wire in keys.items():
-        if not isinstance(wire, str) or not wire:
-            raise ValueError(f"EVALUATION.remote_keys.{contract}={wire!r}: give the key the server expects, a string")
+    if not remote.url:
+        raise ValueError("EVALUATION.agent=remote needs REMOTE.url=ws://host:port, the address of an openpi or "
+                         "vla-eval policy server")
     for task in tasks:
         cameras = env_cameras(task.env_id, env_kwargs)
-        known = set(default_keys(evaluation.remote_protocol, cameras or ()))
+        known = set(default_keys(remote.protocol, cameras or ()))
         # Cameras only the built env knows: its pixels.* entries are checked by the actor (keymap.key_map).
-        unknown = sorted(k for k in keys if k not in known and not (cameras is None and k.startswith(f"{PIXELS}.")))
+        unknown = sorted(k for k in remote.keys if k not in known and not (cameras is None and k.startswith(f"{PIXELS}.")))
         if unknown:
-            raise ValueError(f"EVALUATION.remote_keys maps {unknown}, which {task.name} does not observe; map any of "
+            raise ValueError(f"REMOTE.keys maps {unknown}, which {task.name} does not observe; map any of "
                              f"{sorted(known)} ({PIXELS}.<camera>, {STATE}, {INSTRUCTION})")

@@ -188,7 +188,7 @@ class RunLoop:
     def _rerun(self, job: Job, cause: str, why: str, todo: deque[Job]) -> None:
         """Run ``job`` again from its start: ``cause`` (server_lost, worker_lost) cut it short, no fault of the policy."""
         if job.attempts >= self.evaluation.max_attempts:
-            lost = (f"the policy server at {self.evaluation.remote_url}" if cause == "server_lost"
+            lost = (f"the policy server at {self.plan.config.REMOTE.url}" if cause == "server_lost"
                     else "the model worker holding its state")
             fix = "Start the server, then run" if cause == "server_lost" else "Run"
             raise EvalError(f"{job.task.name} trial {job.trial}: lost {lost} {job.attempts} times "

@@ -115,8 +115,8 @@ def agent_identity(config, ckpt: Path | None, stats: Path | None) -> dict[str, A
     elif ev.agent == "python":
         identity["EVALUATION.policy"] = {"spec": ev.policy, "fingerprint": python_fingerprint(ev.policy)}
     elif ev.agent == "remote":  # not the url: a server moves, and the url never said which model it serves
-        identity.update({"EVALUATION.remote_protocol": ev.remote_protocol, "EVALUATION.remote_keys": ev.remote_keys,
-                         "EVALUATION.remote_frames": ev.remote_frames})
+        remote = config.REMOTE
+        identity.update({"REMOTE.protocol": remote.protocol, "REMOTE.keys": remote.keys, "REMOTE.frames": remote.frames})
     return _as_stored(identity)
 
 

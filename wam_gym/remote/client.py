@@ -6,7 +6,7 @@ is None (each chunk is executed whole) unless the server's metadata names one.
 
 Failures fall in two kinds, because they call for opposite handling:
 
-- :class:`PolicyServerLost`: the server cannot be reached for ``remote_timeout_s``, drops the
+- :class:`PolicyServerLost`: the server cannot be reached for ``REMOTE.timeout_s``, drops the
   connection, or goes silent. The episode cannot go on (a vla-eval server's episode state, an
   openpi server's history, are gone with the connection), so the actor reports it and the
   manager reruns the episode from its start: a restart of the server costs no episode.
@@ -14,7 +14,7 @@ Failures fall in two kinds, because they call for opposite handling:
   a malformed answer, a rejected api key). Rerunning would fail the same way: the run stops.
 
 Frames go out turned as the field's drivers for the task's suite turn them (LIBERO: mirrored, as
-openpi's and vla-eval's LIBERO clients send; ``EVALUATION.remote_frames`` sets another), so any
+openpi's and vla-eval's LIBERO clients send; ``REMOTE.frames`` sets another), so any
 server trained on the field's frames reads them right, and each observation says how under
 ``image_orientation``, which wam_gym.serve reads. Frames are decoded only by wam_gym.remote.wire
 (msgpack, never pickle).
@@ -34,6 +34,7 @@ from envs.orientation import UPRIGHT
 from envs.protocol import INSTRUCTION, PIXELS, batch_size, take_row
 from envs.registry import suite_of
 from wam_gym import __version__
+from wam_gym.remote.config import RemoteConfig
 from wam_gym.remote.keymap import key_map, to_wire
 from wam_gym.remote.link import PolicyServerError, PolicyServerLost, ServerLink
 from wam_gym.remote.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, as_message, pack_openpi
@@ -41,7 +42,7 @@ from wam_gym.remote.wire import OPENPI, VLA_EVAL, VLA_EVAL_PROTOCOL_VERSION, as_
 
 @dataclass
 class RemoteSettings:
-    """The EVALUATION.remote_* knobs an actor needs (picklable)."""
+    """What an actor needs of the REMOTE.* knobs (wam_gym/remote/config.py), resolved for its tasks (picklable)."""
 
     url: str  # ws://host:port or wss://host:port
     protocol: str = OPENPI  # openpi | vla-eval
@@ -53,11 +54,10 @@ class RemoteSettings:
     frames: dict[str, str] = field(default_factory=dict)  # {task name: how its frames are turned when sent}
 
     @classmethod
-    def from_evaluation(cls, ev, tasks=()) -> RemoteSettings:
+    def from_config(cls, remote: RemoteConfig, tasks=()) -> RemoteSettings:
         """The knobs, and how each of ``tasks`` (wam_gym.eval.tasks.Task) sends its frames."""
-        frames = {task.name: ev.remote_frames or suite_of(task.env_id).driver_frames for task in tasks}
-        return cls(ev.remote_url, ev.remote_protocol, dict(ev.remote_keys), ev.remote_api_key, ev.remote_timeout_s,
-                   frames=frames)
+        frames = {task.name: remote.frames or suite_of(task.env_id).driver_frames for task in tasks}
+        return cls(remote.url, remote.protocol, dict(remote.keys), remote.api_key, remote.timeout_s, frames=frames)
 
 
 class RemotePolicy(Predictor):
@@ -137,7 +137,7 @@ class RemotePolicy(Predictor):
             message = as_message(self.link.decode(self.link.recv()))
             if message is None:
                 raise PolicyServerError(f"the policy server at {self.settings.url} sent a frame that is no vla-eval "
-                                        "message; set EVALUATION.remote_protocol=openpi if it is an openpi server")
+                                        "message; set REMOTE.protocol=openpi if it is an openpi server")
             if message.type == "error":
                 raise PolicyServerError(f"the policy server at {self.settings.url} failed: "
                                         f"{message.payload.get('error', message.payload)}")
@@ -147,7 +147,7 @@ class RemotePolicy(Predictor):
     def _key_map(self, row: dict[str, Any]) -> dict[str, tuple[str, ...]]:
         cameras = tuple(row[PIXELS])  # in the env's order: the first is openpi's observation/image
         if cameras not in self._keys:
-            self._keys[cameras] = key_map(self.settings.protocol, cameras, self.settings.keys, "EVALUATION.remote_keys")
+            self._keys[cameras] = key_map(self.settings.protocol, cameras, self.settings.keys, "REMOTE.keys")
         return self._keys[cameras]
 
     def _prediction(self, answer: Any) -> Prediction:
@@ -184,7 +184,7 @@ class RemotePolicy(Predictor):
         if self.settings.protocol == VLA_EVAL:
             self.link.send_message("hello", {"harness_version": f"wam_gym {__version__}",
                                          "protocol_version": VLA_EVAL_PROTOCOL_VERSION})
-        frame = self.link.recv(hint=" (set EVALUATION.remote_protocol=vla-eval if it is a vla-eval server)"
+        frame = self.link.recv(hint=" (set REMOTE.protocol=vla-eval if it is a vla-eval server)"
                            if self.settings.protocol == OPENPI else "")
         if isinstance(frame, str):
             raise PolicyServerError(f"the policy server at {self.settings.url} failed: {frame.strip()}")
@@ -193,7 +193,7 @@ class RemotePolicy(Predictor):
             message = as_message(metadata)
             if message is None or message.type != "hello":
                 raise PolicyServerError(f"the policy server at {self.settings.url} did not answer HELLO; set "
-                                        "EVALUATION.remote_protocol=openpi if it is an openpi server")
+                                        "REMOTE.protocol=openpi if it is an openpi server")
             metadata = message.payload
         self.metadata = metadata if isinstance(metadata, dict) else {}
         expected = self.settings.expected_model

@@ -15,7 +15,7 @@ first; a server reads the first one the observation has, as vla-eval's own model
   and LIBERO-Pro call robosuite's ``robot0_eye_in_hand`` camera ``images.wrist`` and the state
   ``states``, RoboCasa sends ``states``, RoboTwin ``joint_state`` (its other keys are ours).
 
-``SERVE.openpi_keys`` / ``SERVE.vla_eval_keys`` (the server) and ``EVALUATION.remote_keys`` (our
+``SERVE.openpi_keys`` / ``SERVE.vla_eval_keys`` (the server) and ``REMOTE.keys`` (our
 harness as a client) replace them with one key each, e.g. ``'SERVE.vla_eval_keys={state: proprio}'``;
 inputs not named keep their default.
 

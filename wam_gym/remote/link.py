@@ -14,8 +14,8 @@ from wam_gym.remote.wire import Message, WireError, unpack
 WAIT_SLICE_S = 1.0
 MAX_BACKOFF_S = 2.0  # longest pause between connection attempts while a server restarts
 # A run's first connection: a server never reached is a wrong URL or a server not started, refused in seconds
-# (remote_timeout_s is the budget for a server lost mid-run, while it restarts). A server reached but still
-# loading its model is waited for: its greeting comes within remote_timeout_s.
+# (REMOTE.timeout_s is the budget for a server lost mid-run, while it restarts). A server reached but still
+# loading its model is waited for: its greeting comes within REMOTE.timeout_s.
 FIRST_CONNECT_S = 5.0
 
 
@@ -71,17 +71,17 @@ class ServerLink:
             except InvalidStatus as exc:
                 if exc.response.status_code in (401, 403):
                     raise PolicyServerError(f"the policy server at {url} refused the connection "
-                                            f"(HTTP {exc.response.status_code}): set EVALUATION.remote_api_key") from None
+                                            f"(HTTP {exc.response.status_code}): set REMOTE.api_key") from None
                 error: Exception = exc
             except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, a handshake cut short
                 error = exc
             if time.monotonic() + delay > deadline:
                 if first:
-                    raise PolicyServerError(f"nothing answers at EVALUATION.remote_url={url} ({_reason(error)}): start "
+                    raise PolicyServerError(f"nothing answers at REMOTE.url={url} ({_reason(error)}): start "
                                             "the policy server there (python -m wam_gym.serve ...), or set "
-                                            "EVALUATION.remote_url to where it listens")
+                                            "REMOTE.url to where it listens")
                 raise PolicyServerLost(f"the policy server at {url} is unreachable for {timeout:g} s "
-                                       f"(EVALUATION.remote_timeout_s): {error}")
+                                       f"(REMOTE.timeout_s): {error}")
             self._sleep(delay)
             delay = min(2 * delay, MAX_BACKOFF_S)
         self._seq = 0
@@ -107,7 +107,7 @@ class ServerLink:
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     self._lost(f"the policy server at {self.url} sent no answer in {self.timeout_s:g} "
-                               f"s (EVALUATION.remote_timeout_s){hint}")
+                               f"s (REMOTE.timeout_s){hint}")
                 if self.on_wait is not None:
                     self.on_wait()
             except Exception as exc:  # ConnectionClosed: the server went away

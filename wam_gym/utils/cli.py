@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NoReturn
 
 
@@ -22,8 +22,9 @@ def fail(message: object) -> NoReturn:
     sys.exit(1)
 
 
-def run_hydra(main: Callable[[], None], prog: str) -> None:
-    """Call a ``@hydra.main`` function; a config that does not compose is one line naming the fix."""
+def run_hydra(main: Callable[[], None], prog: str, moved: Mapping[str, str] | None = None) -> None:
+    """Call a ``@hydra.main`` function; a config that does not compose is one line naming the fix (``moved``: old
+    knob -> its new name, for the knobs a release renamed)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -34,12 +35,12 @@ def run_hydra(main: Callable[[], None], prog: str) -> None:
     try:
         main()
     except (HydraException, OmegaConfBaseException) as exc:
-        fail(config_error(exc, prog))
+        fail(config_error(exc, prog, moved or {}))
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
-def config_error(exc: BaseException, prog: str) -> str:
+def config_error(exc: BaseException, prog: str, moved: Mapping[str, str] | None = None) -> str:
     """A Hydra/OmegaConf error as one line."""
     cause = exc.__cause__
     if cause is None:
@@ -51,6 +52,8 @@ def config_error(exc: BaseException, prog: str) -> str:
     if unknown_key and dataclasses.is_dataclass(getattr(cause, "object_type", None)):
         # A misspelt field of a structured config: "+key=" cannot add it, a near name can fix it.
         full_key = str(getattr(cause, "full_key", key))
+        if full_key in (moved or {}):
+            return f"{full_key} is now {moved[full_key]}: write {moved[full_key]}=... instead. Every key: {prog} --cfg job"
         prefix = full_key[: -len(key)] if full_key.endswith(key) else ""
         near = difflib.get_close_matches(key, [str(k) for k in parent.keys()], n=1, cutoff=0.6)
         hint = f" Did you mean {prefix}{near[0]}?" if near else ""
