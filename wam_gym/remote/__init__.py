@@ -2,6 +2,7 @@
 
 - ``client``: :class:`RemotePolicy` (``EVALUATION.agent=remote``), a chunk-queue agent's predictor
   that asks an openpi or vla-eval server; ``link``: its one WebSocket connection (backoff, loss);
+  ``config``: its knobs, the ``REMOTE`` group of ``python -m wam_gym.eval``;
 - ``wire``: the two protocols' messages (msgpack, never pickle), also what ``wam_gym.serve`` answers;
 - ``keymap``: the observation keys and frame orientation each protocol's clients use.
 """
