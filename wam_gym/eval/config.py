@@ -26,7 +26,7 @@ from agents.wam.inference_config import InferenceConfig
 from wam_gym.eval import protocols
 from wam_gym.model_call import MODEL_CALL_RANGES, MODEL_WORKERS_RANGES, ModelCallConfig, ModelWorkersConfig
 from wam_gym.remote.config import RemoteConfig
-from wam_gym.utils.ranges import Range, check_ranges
+from wam_gym.utils.ranges import DAY_S, Range, check_ranges
 
 
 @dataclass
@@ -130,7 +130,6 @@ class MultirunConfig(ModelWorkersConfig):
 
 RENDER_MODES = ("needed", "every_step")
 SECONDS = "seconds"
-DAY_S = 86400.0  # the longest wait a knob takes: beyond it, a guard is off in disguise (null says "off" where it may be)
 EPISODE_RANGES = {  # every numeric knob EvaluationConfig adds
     "num_trials": Range(1, 100_000, note="episodes per task"),
     "target_ci_halfwidth": Range(0, 0.5, open_low=True, integer=False, note="e.g. 0.1: +-10 points", null="off"),

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 from envs.orientation import check_orientation
 from wam_gym.remote.wire import OPENPI, PROTOCOLS
-from wam_gym.utils.ranges import Range, check_ranges
+from wam_gym.utils.ranges import DAY_S, Range, check_ranges
 
 
 @dataclass
@@ -62,4 +62,4 @@ def check_url(url: str) -> None:
 
 
 # a budget beyond a day is "wait forever" in disguise: a server lost for good would hold the run
-REMOTE_RANGES = {"timeout_s": Range(0, 86400.0, open_low=True, integer=False, note="seconds")}
+REMOTE_RANGES = {"timeout_s": Range(0, DAY_S, open_low=True, integer=False, note="seconds")}

@@ -20,7 +20,7 @@ from wam_gym.eval import protocols
 from wam_gym.model_call import ModelCallConfig, ModelWorkersConfig
 from wam_gym.policies import SERVED_AGENTS
 from wam_gym.serve.frames import AUTO
-from wam_gym.utils.ranges import Range, check_ranges
+from wam_gym.utils.ranges import DAY_S, Range, check_ranges
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -63,7 +63,6 @@ class ServeSettings:
             suite_named(self.suite, "SERVE.suite")
 
 
-DAY_S = 86400.0  # a wait longer than this is a guard turned off in disguise: null says "off" where a knob has one
 SERVE_RANGES = {  # every numeric SERVE knob
     "port": Range(0, 65535, note="0: any free port"),
     "max_message_mb": Range(0, 1024, open_low=True, integer=False, note="megabytes"),

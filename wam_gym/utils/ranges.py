@@ -18,6 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# The longest wait a knob takes: a longer one is a guard turned off in disguise (null says "off" where a knob has one).
+DAY_S = 86400.0
+
 
 @dataclass(frozen=True)
 class Range:
